@@ -1,0 +1,65 @@
+"""Planted faults: switches that make the reference stack wrong in one realistic way each.
+
+They exist to prove that the state machine finds bugs (``tests/test_faults.py``). All are off unless
+named in the ``STATEFUL_FAULTS`` environment variable (comma-separated) when this module is first
+imported; tests may also switch them with :func:`activated`. When off, a check costs one frozenset
+lookup.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+FAULTS: dict[str, str] = {
+    "prefix-match": "a pair is looked up by session-name prefix when the exact name is not registered",
+    "closed-still-listed": "close answers 'closed' but the pair stays listed, as not running",
+    "cross-session": "terminals are keyed by (terminal, session) only: two agent sessions share pairs",
+    "long-text-cut": "send types only the first 16 KiB of a long text",
+    "scrollback-ignored": "read ignores 'scrollback' and shows only the visible rows",
+    "close-event-lost": "close records no session.resource.deleted event",
+    "items-page-gap": "items pagination loses the last item of every page that has more after it",
+    "double-launch": "concurrent launches of one pair each start a process and say 'launched'",
+    "trailing-semicolon": "a text ending in ';' is passed to tmux unescaped, which drops the ';'",
+    "keys-default-none": "an absent 'keys' presses no key instead of Enter",
+    "scrollback-bool": "read accepts a boolean 'scrollback' as an integer",
+    "close-leaks-server": "close forgets the pair without killing its tmux server",
+    "resource-id-collision": "resource ids are not disambiguated among live terminals",
+    "exit-not-reaped": "the exit watcher never removes a pair whose process exited",
+    "list-sorted": "list returns pairs sorted by name instead of in launch order",
+    "extra-key-rejected": "a tool rejects an argument key it does not know",
+}
+
+
+def _from_environment() -> frozenset[str]:
+    names = frozenset(n.strip() for n in os.environ.get("STATEFUL_FAULTS", "").split(",") if n.strip())
+    unknown = sorted(names - FAULTS.keys())
+    if unknown:
+        raise SystemExit(
+            f"STATEFUL_FAULTS names unknown faults {unknown}; known: {sorted(FAULTS)}"
+        )
+    return names
+
+
+ACTIVE: frozenset[str] = _from_environment()
+
+
+def enabled(name: str) -> bool:
+    """Whether the planted fault ``name`` is switched on (a typo here is a programming error)."""
+    return name in ACTIVE
+
+
+@contextmanager
+def activated(*names: str) -> Iterator[None]:
+    """Switch faults on for the duration of a block (tests only; not thread-safe by design)."""
+    global ACTIVE
+    unknown = sorted(set(names) - FAULTS.keys())
+    if unknown:
+        raise ValueError(f"unknown faults {unknown}")
+    previous = ACTIVE
+    ACTIVE = previous | frozenset(names)
+    try:
+        yield
+    finally:
+        ACTIVE = previous
