@@ -1,0 +1,532 @@
+"""The terminal registry: (agent session, terminal, session key) -> one live private tmux server.
+
+Every pair lives in its own :class:`~stateful.reference.tmux.TmuxServer`. The registry adds what the
+contract asks on top of that (CONTRACT §1, §2.4):
+
+* scoping: pairs are keyed by ``(session_id, terminal, session)``; names are only dictionary keys;
+* one process per pair under concurrent launches: a per-pair lock serialises launch/close/removal
+  of a pair, while the registry-wide lock only guards the tables and is never held while tmux runs;
+* resource ids and events: one ``session.resource.created`` per ``launched``, one
+  ``session.resource.deleted`` per close or exit, both emitted under the pair's lock so a pair's
+  events are always in order; ``on_event`` is called without any registry lock held, from the
+  calling thread or the exit watcher's thread;
+* an exit watcher (one daemon thread, polling ``/proc`` every 0.2 s, no tmux round trips) that
+  removes a pair whose program exited;
+* no leaks: :meth:`close` kills the server and every process of the pane's session; a reaper
+  subprocess does the same for whatever is left if this process dies, even by SIGKILL; and
+  :meth:`shutdown` runs at interpreter exit.
+
+Two conveniences make scripted use deterministic enough (they are bounded, never oracles): the
+first send to a fresh terminal waits (at most 2 s) until its program waits for input, and a read
+after a send waits (at most 2 s) until the typed input was consumed and the screen is quiet.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import re
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from stateful.reference.reaper import ReaperLink
+from stateful.reference.spec import TerminalSpec
+from stateful.reference.tmux import TmuxError, TmuxServer
+
+__all__ = [
+    "LaunchFailed",
+    "LaunchResult",
+    "ResourceEvent",
+    "TerminalGone",
+    "TerminalInfo",
+    "TerminalNotFound",
+    "TerminalRegistry",
+    "resource_base_id",
+]
+
+logger = logging.getLogger(__name__)
+
+CREATED = "session.resource.created"
+DELETED = "session.resource.deleted"
+
+WATCH_INTERVAL = 0.2
+"""Seconds between two exit-watcher polls."""
+START_TIMEOUT = 2.0
+"""Longest wait for a launched program to start (exec'd and blocked, or exited)."""
+FIRST_SEND_WAIT = 2.0
+"""Longest wait, on the first send to a fresh terminal, for its program to wait for input."""
+READ_SETTLE = 2.0
+"""Longest wait of a read after a send for the input to be consumed and the screen to be quiet."""
+QUIET_IDLE = 0.05
+"""Quiet period that ends a read's wait when the foreground program waits for input."""
+QUIET_BUSY = 0.3
+"""Quiet period that ends a read's wait while the foreground program is still busy."""
+
+Key = tuple[str, str, str]
+
+
+@dataclass(frozen=True)
+class ResourceEvent:
+    session_id: str
+    event_type: str
+    """``session.resource.created`` or ``session.resource.deleted``."""
+    resource_id: str
+    """``terminal_<safe(name)>_<safe(key)>``, unique among the session's live terminals."""
+    resource: dict[str, Any]
+    """``{"terminal", "session", "tmux_socket", "command"}``."""
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    status: str
+    """``launched`` or ``already_running``."""
+    tmux_socket: str
+    resource_id: str
+
+
+@dataclass(frozen=True)
+class TerminalInfo:
+    """One row of ``list``, in launch order."""
+
+    terminal: str
+    session: str
+    command: str
+    running: bool
+    has_os_env: bool
+    tmux_socket: str
+    resource_id: str
+
+
+class TerminalNotFound(LookupError):
+    """The pair is not registered (never launched, closed, or removed after its exit)."""
+
+
+class TerminalGone(RuntimeError):
+    """The pair's process exited; the message is the contract's."""
+
+
+class LaunchFailed(RuntimeError):
+    """The program could not be started, or exited before it became available."""
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def _safe(value: str) -> str:
+    return _UNSAFE.sub("_", value).strip("_") or "resource"
+
+
+def resource_base_id(terminal: str, session: str) -> str:
+    """CONTRACT §2.4: ``terminal_<safe(name)>_<safe(key)>`` before disambiguation."""
+    return f"terminal_{_safe(terminal)}_{_safe(session)}"
+
+
+def _terminal_env() -> dict[str, str]:
+    """Extra environment for a pane: a UTF-8 locale if ours has none; no shell history file."""
+    env = {"HISTFILE": "/dev/null"}
+    ctype = os.environ.get("LC_ALL") or os.environ.get("LC_CTYPE") or os.environ.get("LANG") or ""
+    if not re.search(r"utf-?8", ctype, re.IGNORECASE):
+        env["LANG"] = "C.UTF-8"
+        for name in ("LC_ALL", "LC_CTYPE"):
+            if os.environ.get(name):
+                env[name] = "C.UTF-8"
+    return env
+
+
+@dataclass(eq=False)
+class _Terminal:
+    key: Key
+    spec: TerminalSpec
+    resource_id: str
+    server: TmuxServer
+    io_lock: threading.Lock = field(default_factory=threading.Lock)
+    """Serialises sends and reads of this terminal, and its teardown after them."""
+    closing: threading.Event = field(default_factory=threading.Event)
+    """Set when the terminal is being removed: waits in send/read end early."""
+    removed: bool = False
+    fresh: bool = True
+    """No send yet: the first one waits for the program to read its input."""
+    dirty: bool = False
+    """A send since the last read: the next read waits for the screen to settle."""
+
+    @property
+    def label(self) -> str:
+        return f"{self.key[1]}:{self.key[2]}"
+
+    def resource(self) -> dict[str, Any]:
+        return {
+            "terminal": self.key[1],
+            "session": self.key[2],
+            "tmux_socket": self.server.socket_path,
+            "command": self.spec.command_line,
+        }
+
+
+class _PairLock:
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()  # re-entrant: an on_event callback may close its own pair
+        self.users = 0
+
+
+_LIVE: set[TerminalRegistry] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+@atexit.register
+def _shutdown_all() -> None:
+    with _LIVE_LOCK:
+        registries = list(_LIVE)
+    for registry in registries:
+        try:
+            registry.shutdown()
+        except Exception:
+            logger.exception("terminal registry shutdown at exit failed")
+
+
+class TerminalRegistry:
+    """``(session_id, terminal, session)`` -> a live terminal. Thread-safe; a context manager."""
+
+    def __init__(self, *, on_event: Callable[[ResourceEvent], None] | None = None) -> None:
+        self._on_event = on_event
+        self._lock = threading.Lock()
+        self._terminals: dict[Key, _Terminal] = {}  # insertion order = launch order
+        self._pair_locks: dict[Key, _PairLock] = {}
+        self._closed = False
+        self._shutdown_done = threading.Event()
+        self._stop = threading.Event()
+        self._watcher: threading.Thread | None = None
+        self._reaper = ReaperLink()
+        self._env_bin = shutil.which("env") or "/usr/bin/env"
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+
+    def __enter__(self) -> TerminalRegistry:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()
+
+    # -- locking --------------------------------------------------------------------------------
+
+    @contextmanager
+    def _pair(self, key: Key, *, blocking: bool = True) -> Iterator[bool]:
+        """The pair's lock (created on demand, dropped when unused); yields whether it was got."""
+        with self._lock:
+            slot = self._pair_locks.get(key)
+            if slot is None:
+                slot = self._pair_locks[key] = _PairLock()
+            slot.users += 1
+        acquired = slot.lock.acquire(blocking)
+        try:
+            yield acquired
+        finally:
+            if acquired:
+                slot.lock.release()
+            with self._lock:
+                slot.users -= 1
+                if slot.users == 0:
+                    del self._pair_locks[key]
+
+    def _lookup(self, key: Key) -> _Terminal:
+        with self._lock:
+            entry = self._terminals.get(key)
+        if entry is None:
+            raise TerminalNotFound(f"terminal '{key[1]}:{key[2]}' not found or not running")
+        return entry
+
+    # -- events ---------------------------------------------------------------------------------
+
+    def _emit(self, entry: _Terminal, event_type: str) -> None:
+        if self._on_event is None:
+            return
+        event = ResourceEvent(entry.key[0], event_type, entry.resource_id, entry.resource())
+        try:
+            self._on_event(event)
+        except Exception:
+            logger.exception("on_event callback failed for %s", event_type)
+
+    # -- launch ---------------------------------------------------------------------------------
+
+    def launch(
+        self, session_id: str, spec: TerminalSpec, session: str, *, cwd: str | None = None
+    ) -> LaunchResult:
+        """Start the pair's program unless it runs already; concurrent calls start one process."""
+        key = (session_id, spec.name, session)
+        with self._pair(key):
+            if self._closed:
+                raise RuntimeError("the terminal registry is shut down")
+            with self._lock:
+                existing = self._terminals.get(key)
+            if existing is not None:
+                if existing.server.is_alive():
+                    return LaunchResult(
+                        "already_running", existing.server.socket_path, existing.resource_id
+                    )
+                self._retire(existing)  # exited: a new process replaces it
+            server = self._start(spec, session, cwd or spec.cwd)
+            with self._lock:
+                if self._closed:
+                    registered = False
+                else:
+                    resource_id = self._unique_id(session_id, spec.name, session)
+                    entry = _Terminal(key, spec, resource_id, server)
+                    self._terminals[key] = entry
+                    registered = True
+            if not registered:
+                self._destroy(server)
+                raise RuntimeError("the terminal registry is shut down")
+            self._ensure_watcher()
+            self._emit(entry, CREATED)
+            return LaunchResult("launched", server.socket_path, resource_id)
+
+    def _start(self, spec: TerminalSpec, session: str, cwd: str) -> TmuxServer:
+        """A new private server running the spec's program, or LaunchFailed."""
+        if not os.path.isdir(cwd):
+            raise LaunchFailed(
+                f"working directory '{cwd}' of terminal {spec.name}:{session} does not exist"
+            )
+        try:
+            server = TmuxServer()
+        except (TmuxError, OSError) as exc:
+            raise LaunchFailed(str(exc)) from exc
+        self._reaper.own(server.describe())  # before anything runs: a crash now leaks nothing
+        try:
+            server.start(
+                [self._env_bin, "--", spec.command, *spec.args],
+                cwd=cwd,
+                env=_terminal_env(),
+                history_limit=spec.scrollback,
+            )
+            self._reaper.own(server.describe())
+            if not self._wait_started(server, spec.command):
+                raise LaunchFailed(
+                    f"terminal {spec.name}:{session} exited before it became available"
+                )
+        except BaseException as exc:
+            self._destroy(server)
+            if isinstance(exc, TmuxError):
+                raise LaunchFailed(str(exc)) from exc
+            raise
+        return server
+
+    @staticmethod
+    def _wait_started(server: TmuxServer, command: str) -> bool:
+        """Wait until the program was exec'd and then blocked (True) or exited (False).
+
+        A program that dies at once (``true``, a missing command) never blocks: it is reported as a
+        failed launch. One that computes for longer than START_TIMEOUT is taken as started.
+        """
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            if not server.is_alive():
+                return False
+            if server.has_started(command):
+                stat = server.pane.stat() if server.pane else None
+                if stat is not None and stat.state in ("S", "T", "t"):
+                    return True
+            if time.monotonic() >= deadline:
+                return server.is_alive()
+            time.sleep(0.002)
+
+    def _unique_id(self, session_id: str, terminal: str, session: str) -> str:
+        """Resource id unique among the session's registered terminals (lock held)."""
+        base = resource_base_id(terminal, session)
+        taken = {e.resource_id for k, e in self._terminals.items() if k[0] == session_id}
+        candidate, n = base, 1
+        while candidate in taken:
+            n += 1
+            candidate = f"{base}_{n}"
+        return candidate
+
+    # -- send / read ----------------------------------------------------------------------------
+
+    def send(
+        self, session_id: str, terminal: str, session: str, *, text: str | None, keys: str
+    ) -> None:
+        """Type ``text`` literally, then press the whitespace-separated tmux ``keys``."""
+        entry = self._lookup((session_id, terminal, session))
+        with entry.io_lock:
+            if entry.removed:
+                raise TerminalNotFound(f"terminal '{terminal}:{session}' not found or not running")
+            if entry.server.is_alive():
+                try:
+                    if entry.fresh:
+                        self._wait(entry, FIRST_SEND_WAIT, entry.server.waiting_for_input)
+                        entry.fresh = False
+                    entry.server.send(text, keys.split())
+                    entry.dirty = True
+                    return
+                except TmuxError:
+                    if entry.server.is_alive():
+                        raise  # a tool error never claims a live terminal is dead
+        self._retire_dead(entry)
+        raise TerminalGone(f"Terminal {terminal}:{session} is no longer running (tmux server exited)")
+
+    def read(self, session_id: str, terminal: str, session: str, *, scrollback: int) -> str:
+        """The pane as text: up to ``scrollback`` history lines, then the visible rows."""
+        entry = self._lookup((session_id, terminal, session))
+        with entry.io_lock:
+            if entry.removed:
+                raise TerminalNotFound(f"terminal '{terminal}:{session}' not found or not running")
+            if entry.server.is_alive():
+                try:
+                    return self._settled_capture(entry, scrollback)
+                except TmuxError:
+                    if entry.server.is_alive():
+                        raise
+        self._retire_dead(entry)
+        raise TerminalGone(f"Terminal {terminal}:{session} is no longer running (tmux server exited)")
+
+    @staticmethod
+    def _wait(entry: _Terminal, timeout: float, ready: Callable[[], bool]) -> bool:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            if time.monotonic() >= deadline or not entry.server.is_alive():
+                return False
+            if entry.closing.wait(0.01):
+                return False
+        return True
+
+    def _settled_capture(self, entry: _Terminal, scrollback: int) -> str:
+        """A capture; after a send, the first capture that follows a quiet screen.
+
+        "Quiet": typed input consumed (the pty's input queue is empty) and the screen unchanged
+        for QUIET_IDLE while the foreground program waits for input, or for QUIET_BUSY while it
+        is still busy. Bounded by READ_SETTLE.
+        """
+        server = entry.server
+        screen = server.capture(scrollback)
+        if not entry.dirty:
+            return screen
+        entry.dirty = False
+        deadline = time.monotonic() + READ_SETTLE
+        stable_since = time.monotonic()
+        while time.monotonic() < deadline and not entry.closing.is_set():
+            if entry.closing.wait(0.025):
+                break
+            current = server.capture(scrollback)
+            now = time.monotonic()
+            if current != screen or server.input_pending():
+                screen, stable_since = current, now
+                continue
+            quiet = now - stable_since
+            if quiet >= QUIET_BUSY or (quiet >= QUIET_IDLE and server.waiting_for_input()):
+                break
+        return screen
+
+    # -- list / close ---------------------------------------------------------------------------
+
+    def list(self, session_id: str) -> list[TerminalInfo]:
+        """The session's registered pairs in launch order (an exited one may show running=False)."""
+        with self._lock:
+            entries = [e for k, e in self._terminals.items() if k[0] == session_id]
+        return [
+            TerminalInfo(
+                terminal=e.key[1],
+                session=e.key[2],
+                command=e.spec.command_line,
+                running=e.server.is_alive(),
+                has_os_env=True,
+                tmux_socket=e.server.socket_path,
+                resource_id=e.resource_id,
+            )
+            for e in entries
+        ]
+
+    def close(self, session_id: str, terminal: str, session: str) -> bool:
+        """Kill the pair's server and processes; True if it was registered (alive or dead)."""
+        key = (session_id, terminal, session)
+        with self._pair(key):
+            with self._lock:
+                entry = self._terminals.get(key)
+            return entry is not None and self._retire(entry)
+
+    def close_session(self, session_id: str) -> int:
+        """Close every pair of one agent session; the number closed."""
+        with self._lock:
+            keys = [k for k in self._terminals if k[0] == session_id]
+        return sum(self.close(*key) for key in keys)
+
+    def shutdown(self) -> None:
+        """Close everything, stop the watcher and the reaper. Idempotent; also runs at exit."""
+        with self._lock:
+            first = not self._closed
+            self._closed = True
+            keys = list(self._terminals)
+        if not first:
+            self._shutdown_done.wait()
+            return
+        try:
+            self._stop.set()
+            for key in keys:
+                self.close(*key)
+            watcher = self._watcher
+            if watcher is not None and watcher is not threading.current_thread():
+                watcher.join(timeout=5)
+            self._reaper.close()
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(self)
+            self._shutdown_done.set()
+
+    # -- removal --------------------------------------------------------------------------------
+
+    def _retire(self, entry: _Terminal) -> bool:
+        """Unregister, destroy and announce one terminal (the pair's lock is held)."""
+        with self._lock:
+            if self._terminals.get(entry.key) is not entry:
+                return False
+            del self._terminals[entry.key]
+            entry.removed = True
+        entry.closing.set()
+        with entry.io_lock:  # let an in-flight send/read finish (their waits end on `closing`)
+            pass
+        self._destroy(entry.server)
+        self._emit(entry, DELETED)
+        return True
+
+    def _retire_dead(self, entry: _Terminal) -> None:
+        with self._pair(entry.key):
+            self._retire(entry)
+
+    def _destroy(self, server: TmuxServer) -> None:
+        try:
+            server.destroy()
+        finally:
+            self._reaper.drop(server.directory)
+
+    # -- exit watcher ---------------------------------------------------------------------------
+
+    def _ensure_watcher(self) -> None:
+        with self._lock:
+            if self._watcher is not None or self._closed:
+                return
+            self._watcher = threading.Thread(
+                target=self._watch, name="terminal-exit-watcher", daemon=True
+            )
+            self._watcher.start()
+
+    def _watch(self) -> None:
+        """Remove pairs whose program exited; never blocks behind a launch or close of a pair."""
+        while not self._stop.wait(WATCH_INTERVAL):
+            with self._lock:
+                entries = list(self._terminals.values())
+            for entry in entries:
+                if self._stop.is_set():
+                    return
+                try:
+                    if entry.server.is_alive():
+                        continue
+                    with self._pair(entry.key, blocking=False) as acquired:
+                        if acquired:
+                            self._retire(entry)
+                except Exception:
+                    logger.exception("exit watcher failed on terminal %s", entry.label)
