@@ -7,17 +7,23 @@ leaves no tmux process behind.
 
 from __future__ import annotations
 
+import atexit
 import ipaddress
 import secrets
 import socket
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 import uvicorn
 
+from stateful.reference.agent import LoopSettings
 from stateful.reference.mock_llm import MockState, create_mock_llm_app
+from stateful.reference.server import create_sessions_app
+from stateful.reference.sessions import SessionService, ToolBinder
 
 LOOPBACK = "127.0.0.1"
 
@@ -41,8 +47,12 @@ class BackgroundServer:
 
     def __init__(self, app: Any, *, host: str = LOOPBACK, port: int = 0, name: str = "server") -> None:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._socket = socket.socket(family, socket.SOCK_STREAM)
+        # proto=IPPROTO_TCP matters: asyncio sets TCP_NODELAY on accepted sockets only when the proto
+        # says TCP; without it every response pays ~40 ms of Nagle + delayed ACK (headers and body are
+        # two writes).
+        self._socket = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             self._socket.bind((host, port))
         except OSError:
@@ -121,3 +131,129 @@ class MockLLMServer:
 
 def new_runner_id() -> str:
     return f"runner_{secrets.token_hex(8)}"
+
+
+# -- the whole stack ------------------------------------------------------------------------------
+
+
+@dataclass
+class ToolBackend:
+    """The terminal side of the stack: a registry and the tools bound to one session at a time.
+
+    The default is the real ``TerminalRegistry`` and ``tools.py``; tests of the HTTP plumbing may
+    pass a fake one.
+    """
+
+    registry: Any
+    bind: ToolBinder
+    schemas: Sequence[Mapping[str, Any]]
+
+
+def real_tool_backend(on_event: Callable[[Any], None]) -> ToolBackend:
+    """``TerminalRegistry`` + ``tools.call_tool``: each session sees only its declared terminals."""
+    from stateful.reference.registry import TerminalRegistry
+    from stateful.reference.tools import TOOL_SCHEMAS, ToolContext, call_tool
+
+    registry = TerminalRegistry(on_event=on_event)
+
+    def bind(session_id: str, terminals: Mapping[str, Any]) -> Callable[[str, str], str]:
+        context = ToolContext(registry=registry, session_id=session_id, terminals=terminals)
+        return lambda name, arguments: call_tool(name, arguments, context)
+
+    return ToolBackend(registry=registry, bind=bind, schemas=TOOL_SCHEMAS)
+
+
+class EmbeddedStack:
+    """The sessions API and the mock LLM on uvicorn, the registry and the turns, as one object.
+
+    ``with EmbeddedStack() as stack:`` binds both servers to 127.0.0.1 on free ports; leaving the
+    block interrupts every turn, stops both servers and closes every terminal (also at interpreter
+    exit if the owner forgot). ``host``/``token`` serve the sessions API elsewhere (``serve``).
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str = LOOPBACK,
+        port: int = 0,
+        mock_port: int = 0,
+        token: str | None = None,
+        settings: LoopSettings | None = None,
+        backend: Callable[[Callable[[Any], None]], ToolBackend] = real_tool_backend,
+    ) -> None:
+        if not is_loopback(host) and not token:
+            raise ValueError(f"binding the sessions API to {host!r} (not loopback) requires a token")
+        self.runner_id = new_runner_id()
+        self._host, self._port, self._mock_port, self._token = host, port, mock_port, token
+        self._settings = settings
+        self._backend_factory = backend
+        self._lock = threading.Lock()
+        self._started = False
+        self._closed = False
+        self.mock: MockLLMServer | None = None
+        self.service: SessionService | None = None
+        self._server: BackgroundServer | None = None
+        self.registry: Any = None
+        self.server_url = ""
+        self.mock_llm_url = ""
+
+    def _on_event(self, event: Any) -> None:
+        service = self.service
+        if service is not None:
+            service.record_resource_event(
+                event.session_id, event.event_type, event.resource_id, event.resource
+            )
+
+    def start(self) -> EmbeddedStack:
+        with self._lock:
+            if self._started:
+                return self
+            self._started = True
+        try:
+            backend = self._backend_factory(self._on_event)
+            self.registry = backend.registry
+            self.mock = MockLLMServer(port=self._mock_port)
+            self.mock.__enter__()
+            self.mock_llm_url = self.mock.url
+            self.service = SessionService(
+                registry=backend.registry,
+                bind_tools=backend.bind,
+                tool_schemas=backend.schemas,
+                runner_id=self.runner_id,
+                settings=self._settings,
+            )
+            app = create_sessions_app(self.service, token=self._token)
+            self._server = BackgroundServer(app, host=self._host, port=self._port, name="sessions")
+            self._server.start()
+            self.server_url = self._server.url
+        except BaseException:
+            self.close()
+            raise
+        atexit.register(self.close)
+        return self
+
+    def close(self) -> None:
+        """Interrupt turns, stop both servers, close every terminal. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        atexit.unregister(self.close)
+        if self.mock is not None:
+            self.mock.state.release_all()  # model calls held at a gate return, their turns end
+        if self.service is not None:
+            self.service.close()
+        if self._server is not None:
+            self._server.stop()
+        if self.mock is not None:
+            self.mock.close()
+        if self.registry is not None:
+            self.registry.shutdown()
+
+    def __enter__(self) -> EmbeddedStack:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

@@ -1,0 +1,92 @@
+"""``python -m stateful serve``: run the embedded reference stack until SIGINT/SIGTERM.
+
+Prints exactly one JSON line on stdout once both servers answer::
+
+    {"server_url": "...", "mock_llm_url": "...", "runner_id": "..."}
+
+so a script can start it and read where to point a client. On SIGINT/SIGTERM every terminal is closed
+and the process exits 0. Bad options give a clear error and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+
+import httpx
+
+EXIT_USAGE = 2
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port number (0-65535; 0 = any free port)")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m stateful", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    serve = commands.add_parser("serve", help="run the embedded reference stack (sessions API + mock LLM)")
+    serve.add_argument("--host", default="127.0.0.1", help="sessions API address (default 127.0.0.1)")
+    serve.add_argument("--port", type=_port, default=0, help="sessions API port (default 0: a free port)")
+    serve.add_argument("--mock-port", type=_port, default=0, help="mock LLM port, always on 127.0.0.1 (default 0)")
+    serve.add_argument(
+        "--token",
+        default=os.environ.get("STATEFUL_SERVER_TOKEN") or None,
+        help="bearer token the sessions API requires (required off loopback; env STATEFUL_SERVER_TOKEN)",
+    )
+    return parser
+
+
+def _wait_until_answering(urls: Sequence[str], token: str | None) -> None:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    for url in urls:
+        reply = httpx.get(f"{url}/health", headers=headers, timeout=10.0)
+        reply.raise_for_status()
+
+
+def serve(args: argparse.Namespace) -> int:
+    from stateful.reference.stack import EmbeddedStack, is_loopback
+
+    if not is_loopback(args.host) and not args.token:
+        print(f"error: --host {args.host} is not loopback: --token is required", file=sys.stderr)
+        return EXIT_USAGE
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        stack = EmbeddedStack(host=args.host, port=args.port, mock_port=args.mock_port, token=args.token)
+        stack.start()
+    except OSError as exc:
+        print(f"error: cannot bind: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        _wait_until_answering([stack.server_url, stack.mock_llm_url], args.token)
+        line = {"server_url": stack.server_url, "mock_llm_url": stack.mock_llm_url, "runner_id": stack.runner_id}
+        print(json.dumps(line), flush=True)
+        while not stop.wait(0.5):
+            pass
+    finally:
+        stack.close()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        return serve(args)
+    return EXIT_USAGE  # pragma: no cover - argparse rejects unknown commands
+
+
+if __name__ == "__main__":
+    sys.exit(main())

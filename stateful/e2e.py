@@ -1,0 +1,328 @@
+"""Seed-style helpers and pytest fixtures (CONTRACT §6), usable as a pytest plugin.
+
+Scripted tests written against these names run unchanged here and in omnigent's own e2e suite::
+
+    pytest -p stateful.e2e ...              # or: pytest_plugins = ["stateful.e2e"]
+
+By default the fixtures start one :class:`~stateful.reference.stack.EmbeddedStack` per test session
+and stop it at the end (no tmux process survives). Given ``--server-url``, ``--mock-llm-url`` and
+``--runner-id`` together they use that external contract server instead (e.g. omnigent in mock-LLM
+mode). ``--profile`` is accepted for compatibility with omnigent's suite and otherwise unused.
+
+Every wait here is a bounded poll: a helper that runs out of time raises :class:`TurnTimeout` (an
+``AssertionError``) naming what it waited for and the last state it saw.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from stateful.reference.bundle import build_bundle
+
+ORIGIN = "omnigent://internal"
+HEADERS = {"Origin": ORIGIN}
+HARNESS = "openai-agents"
+POLL_INTERVAL = 0.05
+SETUP_TIMEOUT = 30.0
+
+
+class TurnTimeout(AssertionError):
+    """A bounded wait ran out; the message says what was awaited and what was last seen."""
+
+
+# -- helpers --------------------------------------------------------------------------------------
+def configure_mock_llm(
+    mock_url: str, responses: list[dict[str, Any]], *, key: str = "default", match: str | None = None
+) -> dict[str, Any]:
+    """Replace the mock's queue ``key`` with ``responses`` (one entry per model call)."""
+    body: dict[str, Any] = {"key": key, "responses": responses}
+    if match is not None:
+        body["match"] = match
+    reply = httpx.post(f"{mock_url.rstrip('/')}/mock/configure", json=body, timeout=10.0)
+    reply.raise_for_status()
+    return reply.json()
+
+
+def _mock_base_url(mock_llm_base_url: str) -> str:
+    base = mock_llm_base_url.rstrip("/")
+    return base if base.endswith("/v1") else f"{base}/v1"
+
+
+def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    merged = copy.deepcopy(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def agent_spec_yaml(
+    *, name: str, harness: str, model: str, prompt: str, mock_llm_base_url: str,
+    extra_config: Mapping[str, Any] | None = None,
+) -> str:
+    """The §3 agent spec with a ``bash`` terminal; ``extra_config`` is deep-merged over it."""
+    spec: dict[str, Any] = {
+        "name": name,
+        "prompt": prompt,
+        "executor": {
+            "harness": harness,
+            "model": model,
+            "auth": {"type": "api_key", "api_key": "mock-key", "base_url": _mock_base_url(mock_llm_base_url)},
+        },
+        "os_env": {"type": "caller_process", "cwd": ".", "sandbox": {"type": "none"}},
+        "terminals": {
+            "bash": {"command": "bash", "os_env": {"type": "caller_process", "sandbox": {"type": "none"}}}
+        },
+    }
+    if extra_config:
+        spec = _merge(spec, extra_config)
+    return yaml.safe_dump(spec, sort_keys=False)
+
+
+def register_inline_agent(
+    client: httpx.Client,
+    *,
+    name: str,
+    harness: str,
+    model: str,
+    profile: str,
+    prompt: str,
+    mock_llm_base_url: str,
+    extra_config: Mapping[str, Any] | None = None,
+) -> str:
+    """Register an agent from an inline spec (multipart: metadata + gzip-tar bundle); its name."""
+    del profile  # omnigent routes real models through a profile; the mock needs none
+    text = agent_spec_yaml(
+        name=name, harness=harness, model=model, prompt=prompt,
+        mock_llm_base_url=mock_llm_base_url, extra_config=extra_config,
+    )
+    reply = client.post(
+        "/v1/sessions",
+        data={"metadata": "{}"},
+        files={"bundle": (f"{name}.tar.gz", build_bundle(name, text), "application/gzip")},
+        headers=HEADERS,
+    )
+    assert reply.status_code == 201, f"registering {name!r}: HTTP {reply.status_code} {reply.text}"
+    return str(reply.json().get("agent_name", name))
+
+
+def _poll(what: str, probe: Any, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        done, last = probe()
+        if done:
+            return last
+        if time.monotonic() >= deadline:
+            raise TurnTimeout(f"timed out after {timeout} s waiting for {what}; last seen: {last!r}"[:4000])
+        time.sleep(POLL_INTERVAL)
+
+
+def create_runner_bound_session(client: httpx.Client, *, agent_name: str, runner_id: str) -> str:
+    """A new session of ``agent_name``, bound to ``runner_id`` once that runner is online; its id."""
+    listing = client.get("/v1/sessions", params={"agent_name": agent_name, "limit": 1}, headers=HEADERS)
+    listing.raise_for_status()
+    rows = listing.json().get("data") or []
+    assert rows, f"no session of agent {agent_name!r} is listed"
+    agent_id = rows[0]["agent_id"]
+
+    def runner_online() -> tuple[bool, Any]:
+        reply = client.get(f"/v1/runners/{runner_id}/status", headers=HEADERS)
+        return reply.status_code == 200 and reply.json().get("online") is True, reply.text
+
+    _poll(f"runner {runner_id} to be online", runner_online, SETUP_TIMEOUT)
+    created = client.post("/v1/sessions", json={"agent_id": agent_id}, headers=HEADERS)
+    assert created.status_code in (200, 201), f"creating a session: HTTP {created.status_code} {created.text}"
+    session_id = str(created.json()["id"])
+    bound = client.patch(f"/v1/sessions/{session_id}", json={"runner_id": runner_id}, headers=HEADERS)
+    assert bound.status_code == 200, f"binding the runner: HTTP {bound.status_code} {bound.text}"
+    return session_id
+
+
+def send_user_message_to_session(client: httpx.Client, *, session_id: str, content: str) -> str:
+    """Post a user message; the ``response_id`` of the turn it starts (or is queued for)."""
+    body = {
+        "type": "message",
+        "data": {"role": "user", "content": [{"type": "input_text", "text": content}]},
+    }
+    reply = client.post(f"/v1/sessions/{session_id}/events", json=body, headers=HEADERS)
+    assert reply.status_code == 202, f"sending a message: HTTP {reply.status_code} {reply.text}"
+    item_id = reply.json()["item_id"]
+
+    def recorded() -> tuple[bool, Any]:
+        snapshot = client.get(f"/v1/sessions/{session_id}", headers=HEADERS)
+        snapshot.raise_for_status()
+        for item in snapshot.json().get("items") or []:
+            if item.get("id") == item_id and item.get("response_id"):
+                return True, str(item["response_id"])
+        return False, snapshot.json().get("status")
+
+    return str(_poll(f"message {item_id} to carry a response_id", recorded, SETUP_TIMEOUT))
+
+
+def _text_of(item: Mapping[str, Any]) -> str:
+    data = item.get("data") if isinstance(item.get("data"), Mapping) else item
+    content = data.get("content")
+    if isinstance(content, str):
+        return content
+    return "".join(
+        part.get("text", "") for part in content or [] if isinstance(part, Mapping)
+    )
+
+
+def turn_outcome(snapshot: Mapping[str, Any], response_id: str) -> dict[str, Any] | None:
+    """The turn's outcome as far as a snapshot shows it, or None while it has not ended.
+
+    A turn has ended when its user message is present and the session is no longer running (idle and
+    an assistant reply of the turn: completed; failed: failed). A server may add ``responses`` (per-turn outcomes; this stack does),
+    which also settles turns that a queued turn has already followed.
+    """
+    items = [i for i in snapshot.get("items") or [] if i.get("response_id") == response_id]
+    assistant = [
+        i for i in items
+        if i.get("type") == "message" and (i.get("data") or i).get("role") == "assistant"
+    ]
+    output = _text_of(assistant[-1]) if assistant else ""
+    known = (snapshot.get("responses") or {}).get(response_id)
+    if isinstance(known, Mapping) and known.get("status") in ("completed", "failed"):
+        return {"id": response_id, "status": known["status"], "output": output, "error": known.get("error")}
+    if not items or snapshot.get("status") in ("running", "waiting"):
+        return None
+    if snapshot.get("status") == "failed":
+        return {"id": response_id, "status": "failed", "output": output, "error": snapshot.get("last_task_error")}
+    if not assistant:  # idle, but the turn has not replied yet: it may not have started
+        return None
+    return {"id": response_id, "status": "completed", "output": output, "error": None}
+
+
+def poll_session_until_terminal(
+    client: httpx.Client, *, session_id: str, response_id: str, timeout: float
+) -> dict[str, Any]:
+    """Poll the session until the turn ``response_id`` ends: ``{"id", "status", "output", "error"}``."""
+
+    def ended() -> tuple[bool, Any]:
+        reply = client.get(f"/v1/sessions/{session_id}", headers=HEADERS)
+        reply.raise_for_status()
+        snapshot = reply.json()
+        outcome = turn_outcome(snapshot, response_id)
+        return outcome is not None, outcome or {"status": snapshot.get("status")}
+
+    return dict(_poll(f"turn {response_id} of {session_id} to end", ended, timeout))
+
+
+def session_items(client: httpx.Client, session_id: str, *, page_size: int = 1000) -> list[dict[str, Any]]:
+    """Every item of a session, oldest first, following the pages (flat items)."""
+    items: list[dict[str, Any]] = []
+    params: dict[str, Any] = {"order": "asc", "limit": page_size}
+    while True:
+        reply = client.get(f"/v1/sessions/{session_id}/items", params=params, headers=HEADERS)
+        reply.raise_for_status()
+        page = reply.json()
+        items.extend(page["data"])
+        if not page.get("has_more"):
+            return items
+        params["after"] = page["last_id"]
+
+
+def tool_outputs(client: httpx.Client, session_id: str, response_id: str | None = None) -> list[dict[str, Any]]:
+    """The ``function_call_output`` items (optionally of one turn), oldest first, outputs parsed."""
+    outputs = []
+    for item in session_items(client, session_id):
+        if item.get("type") == "function_call_output" and (
+            response_id is None or item.get("response_id") == response_id
+        ):
+            try:
+                parsed = json.loads(item["output"])
+            except (TypeError, ValueError):
+                parsed = item["output"]
+            outputs.append({**item, "parsed": parsed})
+    return outputs
+
+
+def unique_name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+# -- pytest plugin --------------------------------------------------------------------------------
+_OPTIONS: list[tuple[str, dict[str, Any]]] = [
+    ("--profile", {"default": "", "help": "omnigent model profile (accepted for compatibility; unused)"}),
+    ("--server-url", {"default": None, "help": "an external contract server (with --mock-llm-url, --runner-id)"}),
+    ("--mock-llm-url", {"default": None, "help": "the external server's mock LLM"}),
+    ("--runner-id", {"default": None, "help": "the external server's runner id"}),
+]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Registers the options unless another plugin or conftest already did (safe to load twice)."""
+    group = parser.getgroup("stateful-e2e", "contract server under test")
+    for name, kwargs in _OPTIONS:
+        try:
+            group.addoption(name, action="store", **kwargs)
+        except ValueError:  # already added by someone else: theirs serves the same purpose
+            pass
+
+
+def external_target(config: pytest.Config) -> tuple[str, str, str] | None:
+    """``(server_url, mock_llm_url, runner_id)`` when all three options are given, else None."""
+    values = [config.getoption(n, default=None) for n in ("--server-url", "--mock-llm-url", "--runner-id")]
+    if all(values):
+        return values[0].rstrip("/"), values[1].rstrip("/"), values[2]
+    if any(values):
+        raise pytest.UsageError("--server-url, --mock-llm-url and --runner-id go together")
+    return None
+
+
+@pytest.fixture(scope="session")
+def contract_target(request: pytest.FixtureRequest) -> Iterator[tuple[str, str, str]]:
+    """``(server_url, mock_llm_url, runner_id)``: the external server, or one EmbeddedStack."""
+    external = external_target(request.config)
+    if external is not None:
+        yield external
+        return
+    from stateful.reference.stack import EmbeddedStack
+
+    with EmbeddedStack() as stack:
+        yield stack.server_url, stack.mock_llm_url, stack.runner_id
+
+
+@pytest.fixture(scope="session")
+def live_server(contract_target: tuple[str, str, str]) -> str:
+    return contract_target[0]
+
+
+@pytest.fixture(scope="session")
+def mock_llm_server_url(contract_target: tuple[str, str, str]) -> str:
+    return contract_target[1]
+
+
+@pytest.fixture(scope="session")
+def live_runner_id(contract_target: tuple[str, str, str]) -> str:
+    return contract_target[2]
+
+
+@pytest.fixture
+def http_client(live_server: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=live_server, headers=HEADERS, timeout=30.0) as client:
+        yield client
+
+
+@pytest.fixture(scope="session")
+def harness_name() -> str:
+    return HARNESS
+
+
+@pytest.fixture
+def model_name() -> str:
+    """A model name of this test alone: the key of its own mock-LLM queue."""
+    return unique_name("mock-model")

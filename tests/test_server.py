@@ -1,0 +1,525 @@
+"""The sessions API (CONTRACT §2) over HTTP, with a fake tool backend so only the plumbing is tested.
+
+Terminal behaviour through HTTP (real tmux) is in ``test_e2e_scenarios.py``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import httpx
+import pytest
+
+from stateful.e2e import (
+    HEADERS,
+    agent_spec_yaml,
+    configure_mock_llm,
+    create_runner_bound_session,
+    poll_session_until_terminal,
+    register_inline_agent,
+    send_user_message_to_session,
+    session_items,
+    unique_name,
+)
+from stateful.reference import faults
+from stateful.reference.agent import LoopSettings
+from stateful.reference.bundle import build_bundle
+from stateful.reference.stack import EmbeddedStack, ToolBackend
+
+DEADLINE = 15.0
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class FakeRegistry:
+    """Stands in for TerminalRegistry: remembers sessions' 'terminals' and emits resource events."""
+
+    def __init__(self, on_event: Callable[[Any], None]) -> None:
+        self.on_event = on_event
+        self.closed_sessions: list[str] = []
+        self.shut_down = False
+
+    def list(self, session_id: str) -> list[Any]:
+        return []
+
+    def close_session(self, session_id: str) -> int:
+        self.closed_sessions.append(session_id)
+        return 0
+
+    def shutdown(self) -> None:
+        self.shut_down = True
+
+
+class _Event:
+    def __init__(self, session_id: str, event_type: str, name: str) -> None:
+        self.session_id, self.event_type = session_id, event_type
+        self.resource_id = f"terminal_{name}"
+        self.resource = {"terminal": name, "session": "s", "tmux_socket": "/nowhere", "command": "bash"}
+
+
+def fake_backend(on_event: Callable[[Any], None]) -> ToolBackend:
+    registry = FakeRegistry(on_event)
+    meeting = threading.Barrier(2, timeout=DEADLINE)
+
+    def bind(session_id: str, terminals: Mapping[str, Any]) -> Callable[[str, str], str]:
+        def run(name: str, arguments: str) -> str:
+            if name == "emit":
+                on_event(_Event(session_id, "session.resource.created", "bash"))
+            if name == "meet":  # returns only when two sessions' calls run at the same time
+                try:
+                    meeting.wait()
+                except threading.BrokenBarrierError:
+                    return json.dumps({"met": False})
+                return json.dumps({"met": True})
+            return json.dumps({"tool": name, "arguments": arguments, "declared": sorted(terminals)})
+
+        return run
+
+    schemas = [{"type": "function", "name": n, "description": n, "parameters": {"type": "object"}} for n in ("echo", "emit", "meet")]
+    return ToolBackend(registry=registry, bind=bind, schemas=schemas)
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[EmbeddedStack]:
+    with EmbeddedStack(backend=fake_backend, settings=LoopSettings(max_model_calls=8)) as running:
+        yield running
+
+
+@pytest.fixture
+def client(stack: EmbeddedStack) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=stack.server_url, headers=HEADERS, timeout=30.0) as http:
+        yield http
+
+
+def new_session(client: httpx.Client, stack: EmbeddedStack, model: str) -> str:
+    name = register_inline_agent(
+        client, name=unique_name("agent"), harness="openai-agents", model=model, profile="",
+        prompt="You are a test agent.", mock_llm_base_url=stack.mock_llm_url,
+    )
+    return create_runner_bound_session(client, agent_name=name, runner_id=stack.runner_id)
+
+
+def run_turn(client: httpx.Client, session_id: str, text: str = "go") -> dict[str, Any]:
+    response_id = send_user_message_to_session(client, session_id=session_id, content=text)
+    return poll_session_until_terminal(client, session_id=session_id, response_id=response_id, timeout=DEADLINE)
+
+
+def wait_for(predicate: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + DEADLINE
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def call(name: str, call_id: str, arguments: str = "{}") -> dict[str, Any]:
+    return {"call_id": call_id, "name": name, "arguments": arguments}
+
+
+# -- the happy paths ------------------------------------------------------------------------------
+def test_health_and_runner(client: httpx.Client, stack: EmbeddedStack) -> None:
+    assert client.get("/health").status_code == 200
+    assert client.get(f"/v1/runners/{stack.runner_id}/status").json()["online"] is True
+    reply = client.get("/v1/runners/runner_nope/status")
+    assert reply.status_code == 404 and "runner_nope" in reply.json()["error"]
+
+
+def test_registration_listing_and_sessions(client: httpx.Client, stack: EmbeddedStack) -> None:
+    name = unique_name("reg")
+    text = agent_spec_yaml(name=name, harness="openai-agents", model="m", prompt="p", mock_llm_base_url=stack.mock_llm_url)
+    reply = client.post("/v1/sessions", data={"metadata": "{}"}, files={"bundle": ("b.tar.gz", build_bundle(name, text))})
+    assert reply.status_code == 201
+    body = reply.json()
+    assert body["agent_name"] == name and body["session_id"] and body["agent_id"]
+    listed = client.get("/v1/sessions", params={"agent_name": name, "limit": 1}).json()["data"]
+    assert [row["id"] for row in listed] == [body["session_id"]] and listed[0]["agent_id"] == body["agent_id"]
+    created = client.post("/v1/sessions", json={"agent_id": body["agent_id"]})
+    assert created.status_code == 201 and created.json()["id"] != body["session_id"]
+    newest = client.get("/v1/sessions", params={"agent_name": name, "limit": 1}).json()["data"]
+    assert newest[0]["id"] == created.json()["id"]
+    patched = client.patch(f"/v1/sessions/{created.json()['id']}", json={"runner_id": stack.runner_id})
+    assert patched.status_code == 200 and patched.json()["runner_id"] == stack.runner_id
+    snapshot = client.get(f"/v1/sessions/{created.json()['id']}").json()
+    assert snapshot["status"] == "idle" and snapshot["items"] == [] and snapshot["last_task_error"] is None
+
+
+def test_turn_items_snapshot_and_flat_items(client: httpx.Client, stack: EmbeddedStack) -> None:
+    model = unique_name("m")
+    configure_mock_llm(stack.mock_llm_url, [{"tool_calls": [call("echo", "e1", '{"x": 1}')]}, {"text": "all done"}], key=model)
+    session_id = new_session(client, stack, model)
+    outcome = run_turn(client, session_id)
+    assert outcome["status"] == "completed" and outcome["output"] == "all done" and outcome["error"] is None
+    snapshot = client.get(f"/v1/sessions/{session_id}").json()
+    assert snapshot["status"] == "idle"
+    nested = snapshot["items"]
+    assert [i["type"] for i in nested] == ["message", "function_call", "function_call_output", "message"]
+    assert nested[0]["data"]["role"] == "user" and nested[0]["response_id"] == outcome["id"]
+    assert nested[1]["data"] == {"name": "echo", "arguments": '{"x": 1}', "call_id": "e1"}
+    flat = session_items(client, session_id)
+    assert [i["id"] for i in flat] == [i["id"] for i in nested]
+    assert flat[2]["call_id"] == "e1" and json.loads(flat[2]["output"])["tool"] == "echo"
+    assert all({"id", "response_id", "type", "status", "created_at"} <= set(i) for i in flat)
+    assert all(i["response_id"] == outcome["id"] for i in flat)
+
+
+def test_resource_events_become_items(client: httpx.Client, stack: EmbeddedStack) -> None:
+    model = unique_name("m")
+    configure_mock_llm(stack.mock_llm_url, [{"tool_calls": [call("emit", "r1")]}, {"text": "ok"}], key=model)
+    session_id = new_session(client, stack, model)
+    assert run_turn(client, session_id)["status"] == "completed"
+    events = [i for i in session_items(client, session_id) if i["type"] == "resource_event"]
+    assert len(events) == 1
+    assert events[0]["event_type"] == "session.resource.created" and events[0]["resource_type"] == "terminal"
+    assert events[0]["resource_id"] == "terminal_bash" and events[0]["resource"]["terminal"] == "bash"
+
+
+def test_turns_of_one_session_queue_in_order(client: httpx.Client, stack: EmbeddedStack) -> None:
+    model = unique_name("m")
+    configure_mock_llm(
+        stack.mock_llm_url,
+        [{"text": "first", "block": True}, {"tool_calls": [call("echo", "q1")]}, {"text": "second"}],
+        key=model,
+    )
+    session_id = new_session(client, stack, model)
+    first = send_user_message_to_session(client, session_id=session_id, content="one")
+    wait_for(lambda: httpx.get(f"{stack.mock_llm_url}/gate/pending").json()["pending"], "the first turn to block")
+    queued = client.post(
+        f"/v1/sessions/{session_id}/events",
+        json={"type": "message", "data": {"role": "user", "content": [{"type": "input_text", "text": "two"}]}},
+    )
+    assert queued.status_code == 202 and queued.json()["queued"] is True
+    snapshot = client.get(f"/v1/sessions/{session_id}").json()
+    assert snapshot["status"] == "running"
+    assert queued.json()["item_id"] not in [i["id"] for i in snapshot["items"]]  # not started yet
+    httpx.post(f"{stack.mock_llm_url}/gate/release").raise_for_status()
+    assert poll_session_until_terminal(client, session_id=session_id, response_id=first, timeout=DEADLINE)["output"] == "first"
+    wait_for(lambda: client.get(f"/v1/sessions/{session_id}").json()["status"] == "idle", "the queued turn")
+    texts = [
+        "".join(part["text"] for part in item["content"])
+        for item in session_items(client, session_id) if item["type"] == "message"
+    ]
+    assert texts == ["one", "first", "two", "second"]
+
+
+def test_sessions_run_in_parallel(client: httpx.Client, stack: EmbeddedStack) -> None:
+    sessions = []
+    for _ in range(2):
+        model = unique_name("m")
+        configure_mock_llm(stack.mock_llm_url, [{"tool_calls": [call("meet", "m")]}, {"text": "ok"}], key=model)
+        sessions.append(new_session(client, stack, model))
+    ids = [send_user_message_to_session(client, session_id=s, content="go") for s in sessions]
+    for session_id, response_id in zip(sessions, ids):
+        outcome = poll_session_until_terminal(client, session_id=session_id, response_id=response_id, timeout=DEADLINE)
+        assert outcome["status"] == "completed"
+        output = [i for i in session_items(client, session_id) if i["type"] == "function_call_output"]
+        assert json.loads(output[0]["output"]) == {"met": True}
+
+
+def test_items_pagination_is_exact_over_1000_items(client: httpx.Client, stack: EmbeddedStack) -> None:
+    model = unique_name("m")
+    replies = [{"tool_calls": [call("echo", f"p{r}_{i}") for i in range(100)]} for r in range(6)] + [{"text": "done"}]
+    configure_mock_llm(stack.mock_llm_url, replies, key=model)
+    session_id = new_session(client, stack, model)
+    assert run_turn(client, session_id)["status"] == "completed"
+    everything = client.get(f"/v1/sessions/{session_id}").json()["items"]
+    ids = [item["id"] for item in everything]
+    assert len(ids) == 1 + 6 * 200 + 1 and len(set(ids)) == len(ids)
+
+    def walk(order: str, limit: int, cursor: str) -> list[str]:
+        seen: list[str] = []
+        params: dict[str, Any] = {"order": order, "limit": limit}
+        while True:
+            page = client.get(f"/v1/sessions/{session_id}/items", params=params).json()
+            assert page["object"] == "list"
+            got = [item["id"] for item in page["data"]]
+            assert len(got) <= limit and (page["first_id"], page["last_id"]) == ((got[0], got[-1]) if got else (None, None))
+            seen.extend(got)
+            if not page["has_more"]:
+                return seen
+            params[cursor] = got[-1] if cursor == "after" else got[0]
+
+    assert walk("asc", 1000, "after") == ids
+    assert walk("desc", 1000, "after") == ids[::-1]
+    assert walk("asc", 7, "after") == ids
+    assert walk("desc", 333, "after") == ids[::-1]
+    tail = client.get(f"/v1/sessions/{session_id}/items", params={"order": "asc", "limit": 5, "before": ids[10]}).json()
+    assert [i["id"] for i in tail["data"]] == ids[5:10] and tail["has_more"] is True
+    between = client.get(f"/v1/sessions/{session_id}/items", params={"order": "asc", "limit": 1000, "after": ids[3], "before": ids[9]}).json()
+    assert [i["id"] for i in between["data"]] == ids[4:9] and between["has_more"] is False
+    desc_before = client.get(f"/v1/sessions/{session_id}/items", params={"order": "desc", "limit": 3, "before": ids[100]}).json()
+    assert [i["id"] for i in desc_before["data"]] == [ids[103], ids[102], ids[101]]
+
+
+def test_items_page_gap_fault_loses_items(client: httpx.Client, stack: EmbeddedStack) -> None:
+    """The planted fault is live in this module (the state machine must be able to catch it)."""
+    model = unique_name("m")
+    configure_mock_llm(stack.mock_llm_url, [{"tool_calls": [call("echo", f"g{i}") for i in range(5)]}, {"text": "x"}], key=model)
+    session_id = new_session(client, stack, model)
+    run_turn(client, session_id)
+    complete = [item["id"] for item in session_items(client, session_id, page_size=3)]
+    with faults.activated("items-page-gap"):
+        gappy = [item["id"] for item in session_items(client, session_id, page_size=3)]
+    assert len(complete) == 12 and len(gappy) < len(complete) and set(gappy) < set(complete)
+
+
+# -- turn failures ---------------------------------------------------------------------------------
+def test_model_error_fails_the_turn(client: httpx.Client, stack: EmbeddedStack) -> None:
+    model = unique_name("m")
+    configure_mock_llm(stack.mock_llm_url, [{"error": "upstream exploded", "status_code": 500}, {"text": "later"}], key=model)
+    session_id = new_session(client, stack, model)
+    outcome = run_turn(client, session_id)
+    assert outcome["status"] == "failed"
+    assert outcome["error"]["code"] == "model_error" and "upstream exploded" in outcome["error"]["message"]
+    snapshot = client.get(f"/v1/sessions/{session_id}").json()
+    assert snapshot["status"] == "failed" and snapshot["last_task_error"] == outcome["error"]
+    # The session recovers: the next turn runs and clears the error.
+    assert run_turn(client, session_id)["output"] == "later"
+    assert client.get(f"/v1/sessions/{session_id}").json()["last_task_error"] is None
+
+
+def test_runaway_loop_is_cut_off(client: httpx.Client, stack: EmbeddedStack) -> None:
+    model = unique_name("m")
+    configure_mock_llm(stack.mock_llm_url, [{"tool_calls": [call("echo", f"r{i}")]} for i in range(20)], key=model)
+    session_id = new_session(client, stack, model)
+    outcome = run_turn(client, session_id)
+    assert outcome["status"] == "failed" and outcome["error"]["code"] == "max_model_calls"
+    assert "8 model calls" in outcome["error"]["message"]
+    assert len(httpx.get(f"{stack.mock_llm_url}/mock/requests", params={"key": model}).json()["requests"]) == 8
+
+
+def test_interrupt_stops_a_running_turn(client: httpx.Client, stack: EmbeddedStack) -> None:
+    model = unique_name("m")
+    configure_mock_llm(stack.mock_llm_url, [{"text": "held", "block": True}, {"text": "next"}], key=model)
+    session_id = new_session(client, stack, model)
+    response_id = send_user_message_to_session(client, session_id=session_id, content="go")
+    wait_for(lambda: httpx.get(f"{stack.mock_llm_url}/gate/pending").json()["pending"], "the model call to block")
+    reply = client.post(f"/v1/sessions/{session_id}/events", json={"type": "interrupt"})
+    assert reply.status_code == 202
+    outcome = poll_session_until_terminal(client, session_id=session_id, response_id=response_id, timeout=DEADLINE)
+    assert outcome["status"] == "failed" and outcome["error"]["code"] == "interrupted"
+    httpx.post(f"{stack.mock_llm_url}/gate/release")
+    assert run_turn(client, session_id)["output"] == "next"
+    # Nothing of the abandoned reply reached the history.
+    assert "held" not in json.dumps(session_items(client, session_id))
+
+
+def test_delete_closes_terminals_and_forgets_the_session(client: httpx.Client, stack: EmbeddedStack) -> None:
+    session_id = new_session(client, stack, unique_name("m"))
+    reply = client.delete(f"/v1/sessions/{session_id}")
+    assert reply.status_code == 200 and reply.json()["deleted"] is True
+    assert session_id in stack.registry.closed_sessions
+    assert client.get(f"/v1/sessions/{session_id}").status_code == 404
+
+
+def test_each_session_binds_its_own_tools(client: httpx.Client, stack: EmbeddedStack) -> None:
+    model = unique_name("m")
+    configure_mock_llm(stack.mock_llm_url, [{"tool_calls": [call("echo", "d")]}, {"text": "ok"}], key=model)
+    session_id = new_session(client, stack, model)
+    run_turn(client, session_id)
+    output = [i for i in session_items(client, session_id) if i["type"] == "function_call_output"][0]
+    assert json.loads(output["output"])["declared"] == ["bash"]
+
+
+# -- bad requests: 4xx with a JSON error, never a 500, never a hang -------------------------------
+def targz(members: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+GOOD_YAML = b"name: x\nexecutor: {model: m, auth: {base_url: 'http://127.0.0.1:9/v1'}}\nterminals: {bash: {command: bash}}\n"
+
+BAD_BUNDLES: dict[str, bytes] = {
+    "not-gzip": b"plain bytes",
+    "gzip-not-tar": gzip.compress(b"this is not a tar archive" * 40),
+    "truncated-gzip": targz({"x.yaml": GOOD_YAML})[:30],
+    "no-yaml": targz({"readme.txt": b"hi"}),
+    "two-yamls": targz({"a.yaml": GOOD_YAML, "b.yaml": GOOD_YAML}),
+    "bad-yaml": targz({"x.yaml": b"name: [unclosed"}),
+    "yaml-list": targz({"x.yaml": b"- 1\n- 2\n"}),
+    "empty-spec": targz({"x.yaml": b""}),
+    "no-model": targz({"x.yaml": b"name: x\nexecutor: {auth: {base_url: 'http://h/v1'}}\n"}),
+    "bad-terminal": targz({"x.yaml": b"name: x\nexecutor: {model: m, auth: {base_url: 'http://h/v1'}}\nterminals: {bash: {command: 5}}\n"}),
+    "bad-scrollback": targz({"x.yaml": b"name: x\nexecutor: {model: m, auth: {base_url: 'http://h/v1'}}\nterminals: {bash: {command: bash, scrollback: -1}}\n"}),
+    "not-utf8": targz({"x.yaml": b"name: \xff\xfe"}),
+    "bomb": gzip.compress(b"\0" * (9 * 1024 * 1024)),
+}
+
+
+@pytest.mark.parametrize("bundle", list(BAD_BUNDLES.values()), ids=list(BAD_BUNDLES))
+def test_bad_bundles_are_rejected_clearly(client: httpx.Client, bundle: bytes) -> None:
+    reply = client.post("/v1/sessions", data={"metadata": "{}"}, files={"bundle": ("b.tar.gz", bundle)})
+    assert reply.status_code == 400, reply.text
+    assert isinstance(reply.json()["error"], str) and len(reply.json()["error"]) > 10
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "status"),
+    [
+        ({"data": {"metadata": "{}"}}, 415),  # no file part: httpx sends a urlencoded form
+        ({"data": {"metadata": "{}"}, "files": {"other": ("o", b"x")}}, 400),  # multipart, no bundle
+        ({"data": {"metadata": "{"}, "files": {"bundle": ("b", targz({"x.yaml": GOOD_YAML}))}}, 400),
+        ({"data": {"metadata": "[]"}, "files": {"bundle": ("b", targz({"x.yaml": GOOD_YAML}))}}, 400),
+        ({"data": {"metadata": "{}", "bundle": "not a file part"}, "files": {"o": ("o", b"x")}}, 400),
+        ({"content": b"--xx\r\ngarbage", "headers": {"content-type": "multipart/form-data; boundary=xx"}}, 400),
+        ({"content": b"whatever", "headers": {"content-type": "multipart/form-data"}}, 400),
+        ({"content": b"a=b", "headers": {"content-type": "application/x-www-form-urlencoded"}}, 415),
+        ({"content": b"{not json", "headers": {"content-type": "application/json"}}, 400),
+        ({"json": ["agent_id"]}, 400),
+        ({"json": {"agent_id": 5}}, 400),
+        ({"json": {}}, 400),
+        ({"json": {"agent_id": "agent_unknown"}}, 404),
+    ],
+)
+def test_bad_session_creation(client: httpx.Client, kwargs: dict[str, Any], status: int) -> None:
+    reply = client.post("/v1/sessions", **kwargs)
+    assert reply.status_code == status, reply.text
+    assert isinstance(reply.json()["error"], str)
+
+
+def test_oversized_bodies_are_refused(client: httpx.Client) -> None:
+    big = b"x" * (8 * 1024 * 1024 + 1)
+    reply = client.post("/v1/sessions", content=big, headers={"content-type": "application/json"})
+    assert reply.status_code == 413 and "larger" in reply.json()["error"]
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the limit applies while reading
+        for _ in range(9):
+            yield b"y" * (1024 * 1024)
+
+    reply = client.post("/v1/sessions", content=chunks(), headers={"content-type": "application/json"})
+    assert reply.status_code == 413
+    reply = client.post("/v1/sessions", files={"bundle": ("b", big)}, data={"metadata": "{}"})
+    assert reply.status_code == 413
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("GET", "/v1/sessions/conv_missing", None),
+        ("PATCH", "/v1/sessions/conv_missing", {"runner_id": "r"}),
+        ("DELETE", "/v1/sessions/conv_missing", None),
+        ("POST", "/v1/sessions/conv_missing/events", {"type": "interrupt"}),
+        ("GET", "/v1/sessions/conv_missing/items", None),
+        ("GET", "/v1/sessions/conv_missing/resources/terminals", None),
+        ("GET", "/v1/nothing/here", None),
+    ],
+)
+def test_unknown_ids_are_404(client: httpx.Client, method: str, path: str, body: Any) -> None:
+    reply = client.request(method, path, json=body)
+    assert reply.status_code == 404 and isinstance(reply.json()["error"], str)
+
+
+@pytest.fixture(scope="module")
+def idle_session(stack: EmbeddedStack) -> str:
+    with httpx.Client(base_url=stack.server_url, headers=HEADERS) as http:
+        return new_session(http, stack, unique_name("m"))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"type": "dance"},
+        {"type": "message"},
+        {"type": "message", "data": "hello"},
+        {"type": "message", "data": {"role": "assistant", "content": "x"}},
+        {"type": "message", "data": {"role": "user", "content": 42}},
+        {"type": "message", "data": {"role": "user", "content": []}},
+        {"type": "message", "data": {"role": "user", "content": [{"type": "input_text"}]}},
+        {"type": "message", "data": {"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}},
+        [],
+        "text",
+    ],
+)
+def test_bad_events(client: httpx.Client, idle_session: str, body: Any) -> None:
+    reply = client.post(f"/v1/sessions/{idle_session}/events", json=body)
+    assert reply.status_code == 400 and isinstance(reply.json()["error"], str)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{"order": "sideways"}, {"limit": 0}, {"limit": 1001}, {"limit": "ten"}, {"after": "msg_unknown"}, {"before": "x"}],
+)
+def test_bad_item_queries(client: httpx.Client, idle_session: str, params: dict[str, Any]) -> None:
+    reply = client.get(f"/v1/sessions/{idle_session}/items", params=params)
+    assert reply.status_code in (400, 404) and isinstance(reply.json()["error"], str)
+
+
+@pytest.mark.parametrize("body", [{"runner_id": 7}, {"runner_id": ""}, {}, {"runner_id": "runner_other"}])
+def test_bad_runner_binding(client: httpx.Client, idle_session: str, body: Any) -> None:
+    reply = client.patch(f"/v1/sessions/{idle_session}", json=body)
+    assert reply.status_code in (400, 404) and isinstance(reply.json()["error"], str)
+
+
+def test_wrong_method_is_a_json_405(client: httpx.Client) -> None:
+    reply = client.put("/v1/sessions")
+    assert reply.status_code == 405 and reply.json()["error"]
+
+
+# -- authentication ---------------------------------------------------------------------------------
+def test_token_is_required_when_configured() -> None:
+    with EmbeddedStack(backend=fake_backend, token="s3cret") as secured:
+        with httpx.Client(base_url=secured.server_url, headers=HEADERS) as http:
+            assert http.get("/health").status_code == 200  # liveness stays open
+            for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
+                reply = http.get("/v1/sessions", headers=headers)
+                assert reply.status_code == 401 and "token" in reply.json()["error"]
+            ok = http.get("/v1/sessions", headers={"Authorization": "Bearer s3cret"})
+            assert ok.status_code == 200
+
+
+def test_non_loopback_bind_requires_a_token() -> None:
+    with pytest.raises(ValueError, match="requires a token"):
+        EmbeddedStack(host="0.0.0.0", backend=fake_backend)
+
+
+# -- python -m stateful serve ----------------------------------------------------------------------------
+def _serve(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "stateful", "serve", *args],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--port", "abc"], ["--port", "70000"], ["--host", "0.0.0.0"], ["--bogus"], []],
+    ids=["port-not-number", "port-range", "public-without-token", "unknown-option", "no-command"],
+)
+def test_serve_bad_options_exit_2(args: list[str]) -> None:
+    command = [sys.executable, "-m", "stateful"] + (["serve", *args] if args else [])
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done
+    assert done.stdout == "" and "error" in done.stderr.lower()
+
+
+def test_serve_prints_one_line_and_stops_on_sigterm() -> None:
+    process = _serve()
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        info = json.loads(line)
+        assert set(info) == {"server_url", "mock_llm_url", "runner_id"}
+        assert httpx.get(f"{info['server_url']}/health").status_code == 200
+        assert httpx.get(f"{info['server_url']}/v1/runners/{info['runner_id']}/status").json()["online"] is True
+        assert httpx.post(f"{info['mock_llm_url']}/mock/reset").status_code == 200
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+        assert process.stdout.read() == ""
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
