@@ -118,7 +118,9 @@ def register_inline_agent(
 
 
 def _poll(what: str, probe: Any, timeout: float) -> Any:
+    """Probe until done; intervals grow from 5 ms to ``POLL_INTERVAL`` (fast turns answer fast)."""
     deadline = time.monotonic() + timeout
+    interval = 0.005
     last: Any = None
     while True:
         done, last = probe()
@@ -126,7 +128,8 @@ def _poll(what: str, probe: Any, timeout: float) -> Any:
             return last
         if time.monotonic() >= deadline:
             raise TurnTimeout(f"timed out after {timeout} s waiting for {what}; last seen: {last!r}"[:4000])
-        time.sleep(POLL_INTERVAL)
+        time.sleep(interval)
+        interval = min(interval * 2, POLL_INTERVAL)
 
 
 def create_runner_bound_session(client: httpx.Client, *, agent_name: str, runner_id: str) -> str:
@@ -158,7 +161,10 @@ def send_user_message_to_session(client: httpx.Client, *, session_id: str, conte
     }
     reply = client.post(f"/v1/sessions/{session_id}/events", json=body, headers=HEADERS)
     assert reply.status_code == 202, f"sending a message: HTTP {reply.status_code} {reply.text}"
-    item_id = reply.json()["item_id"]
+    accepted = reply.json()
+    if isinstance(accepted.get("response_id"), str) and accepted["response_id"]:
+        return accepted["response_id"]  # a server may say it at once (this stack does)
+    item_id = accepted["item_id"]
 
     def recorded() -> tuple[bool, Any]:
         snapshot = client.get(f"/v1/sessions/{session_id}", headers=HEADERS)

@@ -232,3 +232,14 @@ def test_state_is_thread_safe() -> None:
         thread.join()
     assert sorted(seen, key=int) == [str(i) for i in range(400)]
     assert len(state.requests("k")) == 400
+
+
+def test_request_record_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bodies repeat the whole conversation: the record keeps the newest within a byte budget."""
+    from stateful.reference import mock_llm
+
+    monkeypatch.setattr(mock_llm, "RECORD_BUDGET_BYTES", 1000)
+    state = MockState()
+    for i in range(10):
+        state.take({"model": "k", "input": str(i)}, size=400)
+    assert [body["input"] for body in state.requests("k")] == ["8", "9"]

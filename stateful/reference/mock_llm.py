@@ -34,6 +34,9 @@ DEFAULT_KEY = "default"
 DEFAULT_TEXT = "Mock LLM response"
 MAX_BODY_BYTES = 32 * 1024 * 1024
 """Conversations grow with every tool output; this only stops absurd bodies, not long sessions."""
+RECORD_BUDGET_BYTES = 64 * 1024 * 1024
+"""Recorded request bodies kept (oldest dropped first): each body repeats the whole conversation, so
+a long session would otherwise grow the record quadratically."""
 
 
 class ConfigError(ValueError):
@@ -148,7 +151,8 @@ class MockState:
         self._lock = threading.Lock()
         self._queues: dict[str, _Queue] = {}
         self._fallbacks: dict[str, str] = {}
-        self._requests: list[tuple[str, dict[str, Any]]] = []
+        self._requests: deque[tuple[str, dict[str, Any], int]] = deque()
+        self._recorded_bytes = 0
         self._gates: deque[_Gate] = deque()
 
     # -- scripting -------------------------------------------------------------------------------
@@ -171,6 +175,7 @@ class MockState:
         with self._lock:
             self._queues.clear()
             self._requests.clear()
+            self._recorded_bytes = 0
             gates, self._gates = list(self._gates), deque()
         for gate in gates:
             _open(gate)
@@ -180,7 +185,7 @@ class MockState:
         with self._lock:
             return [
                 body
-                for routed, body in self._requests
+                for routed, body, _ in self._requests
                 if key is None or routed == key or body.get("model") == key
             ]
 
@@ -238,11 +243,15 @@ class MockState:
             return model
         return DEFAULT_KEY
 
-    def take(self, body: dict[str, Any]) -> tuple[str, Entry]:
-        """Record the request and pop the entry that answers it (one entry per model call)."""
+    def take(self, body: dict[str, Any], size: int = 0) -> tuple[str, Entry]:
+        """Record the request (``size``: its bytes) and pop the entry that answers it (one entry
+        per model call)."""
         with self._lock:
             key = self.route(body)
-            self._requests.append((key, body))
+            self._requests.append((key, body, size))
+            self._recorded_bytes += size
+            while self._recorded_bytes > RECORD_BUDGET_BYTES and len(self._requests) > 1:
+                self._recorded_bytes -= self._requests.popleft()[2]
             queue = self._queues.get(key)
             if queue is not None and queue.entries:
                 return key, queue.entries.popleft()
@@ -370,7 +379,9 @@ def _plain_error(message: str, status: int = 400) -> JSONResponse:
 
 
 async def _json_body(request: Request) -> Any:
-    """The request's JSON body, or a :class:`ConfigError` that says why it is not usable."""
+    """The request's JSON body, or a :class:`ConfigError` that says why it is not usable.
+
+    The raw size is left in ``request.state.body_size`` (the request record's budget counts it)."""
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
         raise ConfigError(f"request body larger than {MAX_BODY_BYTES} bytes")
@@ -382,6 +393,7 @@ async def _json_body(request: Request) -> Any:
             raise ConfigError(f"request body larger than {MAX_BODY_BYTES} bytes")
         chunks.append(chunk)
     raw = b"".join(chunks)
+    request.state.body_size = len(raw)
     try:
         return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -399,7 +411,7 @@ def create_mock_llm_app(state: MockState | None = None) -> Starlette:
             return _api_error(str(exc), 400)
         if not isinstance(body, dict):
             return _api_error("the request body must be a JSON object", 400)
-        key, entry = mock.take(body)
+        key, entry = mock.take(body, request.state.body_size)
         if entry.delay:
             await asyncio.sleep(entry.delay)
         if entry.block:
