@@ -37,7 +37,7 @@ import tempfile
 import termios
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -217,29 +217,60 @@ def session_members(leader: ProcessRef) -> list[int]:
     ]
 
 
-def kill_session(leader: ProcessRef, *, grace: float = 0.1, timeout: float = 2.0) -> list[int]:
-    """SIGHUP (and SIGCONT) the leader's session, then SIGKILL whatever outlives ``grace``.
+def _ignores_sighup(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith("SigIgn:"):
+                    return bool(int(line.split()[1], 16) & (1 << (signal.SIGHUP - 1)))
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
 
-    Returns the pids that are still alive at ``timeout`` (normally none).
-    """
-    members = session_members(leader)
-    for pid in members:
-        for signum in (signal.SIGHUP, signal.SIGCONT):
+
+def _signal_all(pids: Iterable[int], *signums: int) -> None:
+    for pid in pids:
+        for signum in signums:
             try:
                 os.kill(pid, signum)
             except OSError:
                 pass
-    deadline = time.monotonic() + grace
-    while members and time.monotonic() < deadline:
-        time.sleep(0.01)
+
+
+def _wait_members(leader: ProcessRef, until: Callable[[list[int]], bool], timeout: float) -> list[int]:
+    """Poll the session until ``until(members)``; SIGKILL members that ignore SIGHUP meanwhile
+    (``nohup``): no hangup will ever end them, and they run no cleanup."""
+    deadline = time.monotonic() + timeout
+    members = session_members(leader)
+    while not until(members) and time.monotonic() < deadline:
+        _signal_all([pid for pid in members if _ignores_sighup(pid)], signal.SIGKILL)
+        time.sleep(0.005)
         members = session_members(leader)
+    return members
+
+
+def kill_session(leader: ProcessRef, *, grace: float = 1.0, timeout: float = 2.0) -> list[int]:
+    """End every process of the session that ``leader`` leads, hangup first, SIGKILL last.
+
+    Call it once the pane's pty is closed (the tmux server killed or gone): the kernel has then
+    sent SIGHUP to the session leader, and an interactive shell passes it on to its jobs. A
+    second SIGHUP would cut short the EXIT traps that shells run on hangup, and killing them early
+    leaves their cleanup undone (``pyenv rehash``, run from an rc file, then leaves a stale lock
+    that stalls every later shell start for a minute). So: wait up to ``grace`` for the leader to
+    go; then SIGHUP the rest once and wait up to ``grace`` again; then SIGKILL whatever is left.
+    Processes that ignore SIGHUP are SIGKILLed as soon as they are seen.
+    Returns the pids still alive ``timeout`` s after that (normally none).
+    """
+    members = _wait_members(leader, lambda pids: leader.pid not in pids, grace)
+    if members:
+        # Give the leader's own hangup handling (it signals its jobs) a moment to finish.
+        members = _wait_members(leader, lambda pids: not pids, 0.05)
+    others = [pid for pid in members if pid != leader.pid]
+    _signal_all(others, signal.SIGHUP, signal.SIGCONT)
+    members = _wait_members(leader, lambda pids: not pids, grace if others else 0.0)
     deadline = time.monotonic() + timeout
     while members:
-        for pid in members:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        _signal_all(members, signal.SIGKILL)
         if time.monotonic() >= deadline:
             break
         time.sleep(0.01)
@@ -589,17 +620,16 @@ class TmuxServer:
                     self.run("kill-server")
                 except TmuxError:
                     pass  # already exiting: its pane died, or it was killed
+            if self.server is not None:
+                # Once the server is gone the pane's pty is closed: the kernel hangs up the pane.
+                for signum in (None, signal.SIGKILL):
+                    if signum is not None and self.server.alive():
+                        self.server.signal(signum)
+                    deadline = time.monotonic() + 1.0
+                    while self.server.alive() and time.monotonic() < deadline:
+                        time.sleep(0.005)
             if self.pane is not None:
                 survivors = kill_session(self.pane)
                 if survivors:
                     logger.warning("terminal processes survived SIGKILL: %s", survivors)
-            if self.server is not None:
-                deadline = time.monotonic() + 1.0
-                while self.server.alive() and time.monotonic() < deadline:
-                    time.sleep(0.005)
-                if self.server.alive():
-                    self.server.signal(signal.SIGKILL)
-                    deadline = time.monotonic() + 1.0
-                    while self.server.alive() and time.monotonic() < deadline:
-                        time.sleep(0.005)
             shutil.rmtree(self.directory, ignore_errors=True)
