@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -40,6 +41,20 @@ class TurnTimeout(AssertionError):
 
 
 # -- helpers --------------------------------------------------------------------------------------
+_mock_client: httpx.Client | None = None
+_mock_client_lock = threading.Lock()
+
+
+def _mock_http() -> httpx.Client:
+    """One shared client for the mock: creating an ``httpx.Client`` costs ~20 ms (its SSL context),
+    more than a whole scripted turn. httpx clients are thread-safe."""
+    global _mock_client
+    with _mock_client_lock:
+        if _mock_client is None:
+            _mock_client = httpx.Client(timeout=10.0)
+        return _mock_client
+
+
 def configure_mock_llm(
     mock_url: str, responses: list[dict[str, Any]], *, key: str = "default", match: str | None = None
 ) -> dict[str, Any]:
@@ -47,7 +62,7 @@ def configure_mock_llm(
     body: dict[str, Any] = {"key": key, "responses": responses}
     if match is not None:
         body["match"] = match
-    reply = httpx.post(f"{mock_url.rstrip('/')}/mock/configure", json=body, timeout=10.0)
+    reply = _mock_http().post(f"{mock_url.rstrip('/')}/mock/configure", json=body)
     reply.raise_for_status()
     return reply.json()
 
@@ -118,9 +133,9 @@ def register_inline_agent(
 
 
 def _poll(what: str, probe: Any, timeout: float) -> Any:
-    """Probe until done; intervals grow from 5 ms to ``POLL_INTERVAL`` (fast turns answer fast)."""
+    """Probe until done; intervals grow from 2 ms to ``POLL_INTERVAL`` (fast turns answer fast)."""
     deadline = time.monotonic() + timeout
-    interval = 0.005
+    interval = 0.002
     last: Any = None
     while True:
         done, last = probe()

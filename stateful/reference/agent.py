@@ -144,10 +144,13 @@ class OpenAIModel:
         self._client.close()
 
     def __call__(self, conversation: Sequence[Mapping[str, Any]]) -> ModelReply:
+        # ``input`` and ``tools`` go through ``extra_body``: the client's typed-parameter transform
+        # walks every nested TypedDict and costs ~0.4 ms per conversation item (30 ms for the tool
+        # schemas alone, 0.5 s at 1,000 items) for a body that is already plain JSON. The request
+        # on the wire is the same.
         arguments: dict[str, Any] = {
             "model": self._model,
-            "input": list(conversation),
-            "tools": self._tools,
+            "extra_body": {"input": list(conversation), "tools": self._tools},
         }
         if self._instructions:
             arguments["instructions"] = self._instructions
