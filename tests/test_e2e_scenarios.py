@@ -1,8 +1,8 @@
 """Scripted scenarios of an agent server's own suite, over HTTP, against real tmux (CONTRACT §6).
 
-Written only against the §6 helpers and fixtures, so they run unchanged against an external contract
-server (``pytest -p stateful.e2e tests/test_e2e_scenarios.py --server-url ... --mock-llm-url ...
---runner-id ...``). Output that appears asynchronously is awaited by polling through further turns
+Written only against the §6 helpers and fixtures (the plugin is loaded by ``tests/conftest.py``), so
+they run unchanged against an external contract server (``pytest tests/test_e2e_scenarios.py
+--server-url ... --mock-llm-url ... --runner-id ...``). Output that appears asynchronously is awaited by polling through further turns
 (each turn one ``read``) until a generous deadline: a sleep is never the synchronisation.
 """
 
@@ -29,8 +29,6 @@ from stateful.e2e import (
     tool_outputs,
     unique_name,
 )
-
-pytest_plugins = ["stateful.e2e"]
 
 TURN_TIMEOUT = 60.0
 """Per turn; omnigent's first turn may take 25 s on a loaded 2-core machine (CONTRACT §4)."""
