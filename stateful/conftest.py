@@ -1,0 +1,139 @@
+"""What `pytest stateful/` needs: the e2e plugin, the --target option, the Hypothesis profiles.
+
+Profiles come from ``hypothesis.ini`` at the repository root. They are registered when this conftest
+is imported, which pytest does (as an initial conftest of ``stateful/``) before the hypothesis
+plugin's ``pytest_configure`` loads the profile named by ``--hypothesis-profile``; without that
+option the ``dev`` profile stays loaded.
+"""
+
+from __future__ import annotations
+
+import configparser
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, Phase, Verbosity, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
+
+from stateful.machine import MachineConfig
+
+pytest_plugins = ["stateful.e2e"]
+
+ROOT = Path(__file__).resolve().parent.parent
+INI = ROOT / "hypothesis.ini"
+DEFAULT_PROFILE = "dev"
+MACHINE_PREFIX = "machine."
+
+
+def _value(key: str, raw: str) -> Any:
+    """One ini value as the Hypothesis setting (or MachineConfig field) expects it."""
+    text = raw.strip()
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if key == "suppress_health_check":
+        return [HealthCheck[n] for n in names]
+    if key == "phases":
+        return [Phase[n] for n in names]
+    if key == "verbosity":
+        return Verbosity[text]
+    if key == "database":
+        return None if text.lower() == "none" else DirectoryBasedExampleDatabase(str(ROOT / text))
+    if text.lower() in ("none", "null"):
+        return None
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def load_profiles(path: Path = INI) -> dict[str, MachineConfig]:
+    """Register every profile of the ini with Hypothesis; return each profile's MachineConfig."""
+    parser = configparser.ConfigParser()
+    if not parser.read(path, encoding="utf-8"):
+        raise pytest.UsageError(f"cannot read {path}")
+    machines: dict[str, MachineConfig] = {}
+    fields = {f.name for f in dataclasses.fields(MachineConfig)}
+    for name in parser.sections():
+        options: dict[str, Any] = {}
+        machine: dict[str, Any] = {}
+        for key, raw in parser.items(name):
+            if key.startswith(MACHINE_PREFIX):
+                field = key[len(MACHINE_PREFIX):]
+                if field not in fields:
+                    raise pytest.UsageError(f"{path}: [{name}] {key}: MachineConfig has no field {field!r}")
+                machine[field] = _value(field, raw)
+            else:
+                options[key] = _value(key, raw)
+        if options.get("derandomize"):
+            options.pop("database", None)  # derandomize=True implies database=None
+        settings.register_profile(name, **options)
+        machines[name] = MachineConfig(**machine)
+    return machines
+
+
+MACHINE_CONFIGS = load_profiles()
+settings.load_profile(DEFAULT_PROFILE)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("stateful", "stateful machine")
+    group.addoption("--target", choices=("direct", "sessions", "all"), default="all",
+                    help="which target the machine drives (default all: in-process and the HTTP stack)")
+    group.addoption("--step-timeout", type=float, default=None,
+                    help="seconds before a step is reported as a hang (default: the profile's)")
+    group.addoption("--poll-deadline", type=float, default=None,
+                    help="seconds to wait for an eventual property (default: the profile's)")
+
+
+def current_profile() -> str:
+    """The loaded profile's ini section (the plugin may derive '<name>-with-...' profiles)."""
+    name = settings.get_current_profile_name()
+    return name.split("-with-")[0]
+
+
+@pytest.fixture(scope="session")
+def machine_config(request: pytest.FixtureRequest) -> MachineConfig:
+    config = MACHINE_CONFIGS.get(current_profile(), MachineConfig())
+    changes = {}
+    for option, field in (("--step-timeout", "step_timeout"), ("--poll-deadline", "poll_deadline")):
+        value = request.config.getoption(option)
+        if value is not None:
+            changes[field] = value
+    return dataclasses.replace(config, **changes)
+
+
+def _wanted(request: pytest.FixtureRequest, target: str) -> None:
+    chosen = request.config.getoption("--target")
+    if chosen not in (target, "all"):
+        pytest.skip(f"--target={chosen}")
+
+
+@pytest.fixture(scope="session")
+def direct_target(request: pytest.FixtureRequest) -> Iterator[Any]:
+    _wanted(request, "direct")
+    from stateful.targets.direct import DirectTarget
+
+    target = DirectTarget()
+    try:
+        yield target
+    finally:
+        target.close()
+
+
+@pytest.fixture(scope="session")
+def sessions_target(request: pytest.FixtureRequest) -> Iterator[Any]:
+    _wanted(request, "sessions")
+    from stateful.targets.sessions import SessionsTarget
+
+    server_url, mock_llm_url, runner_id = request.getfixturevalue("contract_target")
+    target = SessionsTarget(server_url, mock_llm_url, runner_id)
+    try:
+        yield target
+    finally:
+        target.close()

@@ -1,0 +1,712 @@
+"""The state machine: rules that drive a target to the contract's edges, checks right after each step.
+
+Layers (as in Schemathesis's stateful runner, generation is apart from execution and checks):
+
+* generation: :mod:`stateful.strategies` draws every rule argument up front (never from answers);
+* execution: a :class:`~stateful.targets.base.Target` runs a turn of steps and returns raw outputs;
+* checks: :func:`stateful.model.judge_step` (exact outputs, list, tolerance where the contract says
+  "may"), then screens (markers), resource events, the ``/resources/terminals`` view and the probe
+  (tmux and /proc ground truth), each right after the turn that could break it.
+
+What the model cannot know (what the program in a pane is doing) is tracked here per launched
+instance (:class:`Shell`): shell or Python REPL, whether ``set +H`` ran, whether the program is known
+to sit at its prompt. Eventual properties are polled with a generous deadline; nothing is typed into a
+REPL before its prompt shows; a line over 4 KiB is only typed while the program is known to read.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
+
+from hypothesis import event, note
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from stateful import checks
+from stateful import strategies as gen
+from stateful.model import (
+    Call,
+    ContractViolation,
+    Judgement,
+    Ledger,
+    Life,
+    PairState,
+    SessionModel,
+    describe,
+    initial_model,
+    judge_step,
+    reconcile_events,
+)
+from stateful.targets.base import AgentSession, StepTimeout, Target
+from stateful.targets.probe import Probe, ProcRef
+
+__all__ = ["MachineConfig", "PairRef", "TerminalMachine", "DECLARED"]
+
+DECLARED = ("bash", "sh")
+"""The terminals every target declares (both run bash; ``sh`` without rc files)."""
+LAUNCH, SEND, READ, LIST, CLOSE = (f"sys_terminal_{t}" for t in ("launch", "send", "read", "list", "close"))
+LONG_LINE = 3500
+"""Bytes above which a line is only typed while the program is known to be reading (kernel: 4095)."""
+AGENT = st.integers(0, 2)
+"""An agent session, as an index modulo the number open."""
+HISTORY_ROWS = 8000
+"""Rows of output per instance under which every old marker must still be found in the history
+(the terminals' history limit is the contract's default, 10000)."""
+
+
+@dataclass(frozen=True)
+class MachineConfig:
+    step_timeout: float = 60.0
+    """Longest time one step (one model reply's calls) may take before it is reported as a hang."""
+    poll_deadline: float = 15.0
+    """Longest wait for an eventual property (output shows, an exited pair is removed, ...)."""
+    big_scrollback: int = 9000
+    max_agents: int = 3
+    probe: bool = True
+
+
+@dataclass(frozen=True)
+class PairRef:
+    """A pair name in one agent session (a Bundle value; the pair may since be closed or gone)."""
+
+    agent: int
+    terminal: str
+    session: str
+
+    def __repr__(self) -> str:
+        return f"PairRef({self.agent}, {self.terminal!r}, {self.session!r})"
+
+
+@dataclass
+class Shell:
+    """What the machine knows about the program in one launched instance's pane."""
+
+    mode: str = "shell"
+    """"shell" or "python" (a REPL started in the shell)."""
+    configured: bool = False
+    """``set +H`` ran (the shell's history expansion would otherwise rewrite ``!`` in payloads)."""
+    ready: bool = False
+    """The program was seen at its prompt, and nothing was typed since."""
+    markers: list[tuple[str, int]] = field(default_factory=list)
+    """(token, row estimate when it was printed) of every marker seen in this pane."""
+    rows: int = 0
+    """Estimate of the rows printed so far (for what the history must still hold)."""
+    processes: tuple[ProcRef, ...] = ()
+    socket: str = ""
+    exited: bool = False
+
+
+@dataclass
+class Agent:
+    index: int
+    session: AgentSession
+    model: SessionModel
+    ledger: Ledger = field(default_factory=Ledger)
+    shells: dict[int, Shell] = field(default_factory=dict)
+
+
+def _call(tool: str, args: dict[str, Any], deco: gen.Decoration = gen.Decoration()) -> Call:
+    return Call(tool, gen.encode(args, deco))
+
+
+def _pair_args(ref: PairRef, **more: Any) -> dict[str, Any]:
+    return {"terminal": ref.terminal, "session": ref.session, **more}
+
+
+def _bucket(n: int) -> str:
+    return str(n) if n < 2 else "2-5" if n <= 5 else ">5"
+
+
+class TerminalMachine(RuleBasedStateMachine):
+    """Drives one target; subclasses bind it (see :meth:`bind`)."""
+
+    target: ClassVar[Target | None] = None
+    config: ClassVar[MachineConfig] = MachineConfig()
+
+    pairs = Bundle("pairs")
+
+    @classmethod
+    def bind(cls, target: Target, config: MachineConfig) -> None:
+        missing = set(DECLARED) - set(target.declared)
+        if missing:
+            raise ValueError(f"target {target.name} does not declare {sorted(missing)}")
+        cls.target = target
+        cls.config = config
+
+    def __init__(self) -> None:
+        super().__init__()
+        assert self.target is not None, "bind() the machine to a target first"
+        self.cfg = self.config
+        self.probe = Probe()
+        self.probing: bool | None = None if self.cfg.probe else False
+        self.live: list[Agent] = []
+        self.turns = 0
+        self.busy = False
+        """A rule is running: teardown after a failure only cleans up (it must not mask the failure)."""
+        self.owners: dict[str, tuple[int, str, str]] = {}
+        """Marker uid -> the (agent, terminal, session) it was typed into."""
+
+    # -- running turns and checking them -----------------------------------------------------------
+
+    def _turn(self, agent: Agent, steps: Sequence[Sequence[Call]]) -> list[list[Judgement]]:
+        """Run one turn, then check every step in order, then events, views and ground truth."""
+        self.turns += 1
+        self.busy = True
+        n = self.turns
+        note(f"turn {n} (agent {agent.index}): " + " | ".join(" & ".join(map(repr, s)) for s in steps))
+        before_ended = agent.model.ended
+        try:
+            outputs = agent.session.run_turn(steps, step_timeout=self.cfg.step_timeout)
+        except StepTimeout as hang:
+            hang.panes = self._panes(agent)
+            raise
+        judged: list[list[Judgement]] = []
+        for i, (calls, outs) in enumerate(zip(steps, outputs)):
+            for c, o in zip(calls, outs):
+                note(f"  {c!r} -> {o[:300]}{'...' if len(o) > 300 else ''}")
+            try:
+                js = judge_step(agent.model, calls, outs)
+            except ContractViolation as exc:
+                raise ContractViolation(f"turn {n}, step {i} on {self.target.where}:\n{exc}") from None
+            if js:
+                agent.model = js[0].model
+            for c, j in zip(calls, js):
+                event(j.label)
+                self._after_call(agent, c, j)
+            judged.append(js)
+        self._check_sockets()
+        self._check_events(agent)
+        self._check_probe(agent, before_ended)
+        return judged
+
+    def _after_call(self, agent: Agent, call: Call, j: Judgement) -> None:
+        """Per-call bookkeeping and screen checks (markers never leak between pairs)."""
+        for pair in agent.model.pairs:
+            if pair.instance not in agent.shells:
+                agent.shells[pair.instance] = Shell(socket=pair.socket)
+        if call.tool == READ and isinstance(j.value, dict) and "screen" in j.value:
+            args = json.loads(call.arguments)
+            terminal, session = args["terminal"], args["session"]
+            owner = (agent.index, terminal, session)
+            for token, uid in checks.tokens_in(j.value["screen"]):
+                other = self.owners.get(uid)
+                if other is not None and other != owner:
+                    raise ContractViolation(
+                        f"the screen of {terminal}:{session!r} (agent {agent.index}) shows {token}, which was typed "
+                        f"into {other[1]}:{other[2]!r} of agent {other[0]}: terminals leak between pairs\n"
+                        f"  call: {call!r}")
+
+    def _check_sockets(self) -> None:
+        seen: dict[str, str] = {}
+        for agent in self.live:
+            for p in agent.model.alive():
+                name = f"agent {agent.index} {p.terminal}:{p.session!r}"
+                if p.socket in seen:
+                    raise ContractViolation(f"{name} and {seen[p.socket]} share tmux_socket {p.socket!r}: "
+                                            "each terminal has its own private server")
+                seen[p.socket] = name
+
+    def _check_events(self, agent: Agent) -> None:
+        deadline = time.monotonic() + self.cfg.poll_deadline
+        polls = 0
+        while True:
+            rec = reconcile_events(agent.model, agent.ledger, agent.session.events())
+            if not rec.missing:
+                break
+            if time.monotonic() > deadline:
+                raise ContractViolation(f"resource events missing after {self.cfg.poll_deadline:.0f} s "
+                                        f"(agent {agent.index}): {list(rec.missing)}; model: {describe(agent.model)}")
+            polls += 1
+            time.sleep(min(0.05 * polls, 0.5))
+        agent.ledger = rec.ledger
+        for label in rec.labels:
+            event(label)
+        if polls:
+            event("events: arrived after polling")
+
+    def _check_view(self, agent: Agent) -> None:
+        """``/resources/terminals`` agrees with list's running pairs (only when all pairs are certain)."""
+        if any(p.life is not Life.ALIVE for p in agent.model.pairs):
+            return
+        view = agent.session.terminals_view()
+        if view is None:
+            return
+        ids = {}
+        for number, rid in agent.ledger.created:
+            inst = agent.model.instances[number]
+            pair = agent.model.pair(inst.terminal, inst.session)
+            if pair is not None and pair.instance == number:
+                ids[(inst.terminal, inst.session)] = rid
+        problem = checks.view_problem(view, [p.key for p in agent.model.alive()], ids, agent.model.baseline)
+        if problem:
+            raise ContractViolation(f"agent {agent.index}: {problem}")
+        event("view: agrees with list")
+
+    def _probe_on(self, socket: str) -> bool:
+        if self.probing is None:
+            self.probing = self.probe.applicable(socket)
+            event("probe: " + ("on" if self.probing else "off (sockets are not on this machine)"))
+        return bool(self.probing)
+
+    def _check_probe(self, agent: Agent, before_ended: frozenset[int]) -> None:
+        """Ground truth: a new live pair has a running server with a pane; a closed one left nothing."""
+        for p in agent.model.alive():
+            shell = agent.shells[p.instance]
+            if not shell.processes and self._probe_on(p.socket):
+                view = self.probe.view(p.socket)
+                if not view.alive or not view.panes:
+                    raise ContractViolation(f"launch said {p.terminal}:{p.session!r} runs at {p.socket}, "
+                                            "but no tmux server with a pane answers there")
+                shell.processes = view.members
+        for number in sorted(agent.model.ended - before_ended):
+            shell = agent.shells.get(number)
+            if shell is None or shell.exited or not shell.processes or not self._probe_on(shell.socket):
+                continue
+            self._await_gone(agent, number, shell)
+
+    def _await_gone(self, agent: Agent, number: int, shell: Shell) -> None:
+        inst = agent.model.instances[number]
+        start = time.monotonic()
+        while True:
+            alive = self.probe.server_alive(shell.socket)
+            left = self.probe.leftovers(shell.processes)
+            if not alive and not left:
+                waited = time.monotonic() - start
+                event("probe: nothing left after close" + ("" if waited < 0.01 else " (after a wait)"))
+                return
+            if time.monotonic() - start > self.cfg.poll_deadline:
+                raise ContractViolation(
+                    f"{inst.terminal}:{inst.session!r} (agent {agent.index}) was closed, but "
+                    + ("its tmux server at " + shell.socket + " still runs" if alive else "")
+                    + (" and " if alive and left else "") + (f"processes {left} are left" if left else ""))
+            time.sleep(0.05)
+
+    def _panes(self, agent: Agent) -> dict[str, str]:
+        panes = {}
+        for p in agent.model.pairs:
+            if self._probe_on(p.socket):
+                panes[f"{p.terminal}:{p.session}"] = self.probe.capture(p.socket)
+        return panes
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _agent(self, index: int) -> Agent:
+        """Agent ``index`` modulo the agents open (rules draw an index before knowing how many)."""
+        return self.live[index % len(self.live)]
+
+    def _pair(self, ref: PairRef) -> tuple[Agent, PairState | None, Shell | None]:
+        agent = self._agent(ref.agent)
+        pair = agent.model.pair(ref.terminal, ref.session) if ref.terminal in agent.model.declared else None
+        shell = agent.shells.get(pair.instance) if pair is not None else None
+        return agent, pair, shell
+
+    def _read(self, ref: PairRef, scrollback: int | None = None) -> Call:
+        args = _pair_args(ref) if scrollback is None else _pair_args(ref, scrollback=scrollback)
+        return _call(READ, args)
+
+    def _list_step(self) -> list[Call]:
+        return [_call(LIST, {})]
+
+    def _poll_screen(self, agent: Agent, ref: PairRef, done: Callable[[str], bool], what: str,
+                     first: Judgement | None = None) -> str:
+        """Read the pair (large scrollback) until ``done(screen)``; bounded by the poll deadline."""
+        deadline = time.monotonic() + self.cfg.poll_deadline
+        polls = 0
+        j = first
+        while True:
+            if j is not None:
+                if not (isinstance(j.value, dict) and isinstance(j.value.get("screen"), str)):
+                    raise ContractViolation(f"waiting for {what}: read of {ref} failed: {j.value!r}")
+                if done(j.value["screen"]):
+                    event(f"read: {what.split(' ')[0]} shown after {_bucket(polls)} polls")
+                    return j.value["screen"]
+                if time.monotonic() > deadline:
+                    raise ContractViolation(
+                        f"{what} not shown in {ref} within {self.cfg.poll_deadline:.0f} s ({polls} reads); "
+                        f"last screen (tail):\n" + "\n".join(j.value["screen"].rstrip("\n").split("\n")[-30:]))
+                polls += 1
+                time.sleep(min(0.05 * polls, 0.5))
+            j = self._turn(agent, [[self._read(ref, self.cfg.big_scrollback)]])[0][0]
+
+    def _type(self, agent: Agent, ref: PairRef, sends: Sequence[dict[str, Any]], deco: gen.Decoration,
+              *, read_after: bool = True) -> Judgement | None:
+        """Type (several sends in one turn, one per step), then optionally read in the same turn."""
+        steps = [[_call(SEND, _pair_args(ref, **s), deco)] for s in sends]
+        if read_after:
+            steps.append([self._read(ref, self.cfg.big_scrollback)])
+        judged = self._turn(agent, steps)
+        for js in judged[: len(sends)]:
+            if js[0].value != {"status": "sent"}:
+                return None
+        return judged[-1][0] if read_after else None
+
+    def _run_command(self, agent: Agent, ref: PairRef, shell: Shell, cmd: str, token: str,
+                     plan: gen.SendPlan, deco: gen.Decoration, what: str) -> None:
+        """Type ``cmd`` per ``plan``; the output ``token`` must show, followed by a prompt."""
+        sends = gen.split_command(cmd, plan)
+        event(f"type: {len(sends)} sends, finish {plan.finish}")
+        shell.ready = False
+        first = self._type(agent, ref, sends, deco)
+        if first is None:
+            raise ContractViolation(f"typing into the live {ref} failed (see the outputs above)")
+        self.owners[token.rsplit("_", 1)[1]] = (agent.index, ref.terminal, ref.session)
+        self._poll_screen(agent, ref, lambda s: checks.has_token(s, token) and checks.prompt_follows(s, token),
+                          f"{what} output {token}", first)
+        shell.rows += 2 * (len(cmd) // 70 + 2) + cmd.count("\n") * 2
+        shell.markers.append((token, shell.rows))
+        shell.ready = True
+        if shell.mode == "shell":
+            shell.configured = shell.configured or cmd.startswith("set +H")
+
+    def _sync(self, agent: Agent, ref: PairRef, shell: Shell) -> None:
+        """A plain marker: the program is at its prompt afterwards (and, in a shell, ``set +H`` ran)."""
+        uid = checks.new_uid()
+        cmd, token = checks.shell_marker(uid) if shell.mode == "shell" else checks.python_marker(uid)
+        self._run_command(agent, ref, shell, cmd, token, gen.SendPlan(), gen.Decoration(), "sync")
+
+    def _live_shell(self, ref: PairRef) -> tuple[Agent, PairState, Shell] | None:
+        agent, pair, shell = self._pair(ref)
+        if pair is None or pair.life is not Life.ALIVE or shell is None:
+            return None
+        return agent, pair, shell
+
+    # -- rules: agent sessions --------------------------------------------------------------------
+
+    def _open_agent(self) -> int:
+        assert self.target is not None
+        session = self.target.open_session()
+        index = len(self.live)
+        first = session.run_turn([self._list_step()], step_timeout=self.cfg.step_timeout)[0][0]
+        note(f"agent {index} = session {session.label}; first list -> {first[:300]}")
+        model = initial_model(DECLARED, first)
+        agent = Agent(index, session, model)
+        self.live.append(agent)
+        event(f"agent: baseline of {len(model.baseline)} server-made pairs")
+        return index
+
+    @initialize(target=pairs, terminal=st.sampled_from(DECLARED), name=gen.session_names())
+    def start(self, terminal: str, name: str) -> PairRef:
+        """Open the first agent session and launch a first pair (so that pair rules can run at once)."""
+        self._open_agent()
+        self._turn(self.live[0], [[_call(LAUNCH, {"terminal": terminal, "session": name})], self._list_step()])
+        return PairRef(0, terminal, name)
+
+    @precondition(lambda self: len(self.live) < self.cfg.max_agents)
+    @rule()
+    def another_agent(self) -> None:
+        """Several agent sessions at once: each has its own terminals."""
+        self._open_agent()
+
+    # -- rules: launch ------------------------------------------------------------------------------
+
+    @rule(target=pairs, agent=AGENT, terminal=st.sampled_from(DECLARED), name=gen.session_names(),
+          copies=st.sampled_from((1, 1, 1, 2, 3, 4)), deco=gen.decorations())
+    def launch(self, agent: int, terminal: str, name: str, copies: int, deco: gen.Decoration) -> PairRef:
+        """Launch a pair; ``copies`` > 1 issues that many launches in ONE reply (one process must start)."""
+        a = self._agent(agent)
+        call = _call(LAUNCH, {"terminal": terminal, "session": name}, deco)
+        js = self._turn(a, [[call] * copies, self._list_step()])[0]
+        statuses = sorted(j.value.get("status", "error") for j in js if isinstance(j.value, dict))
+        if copies > 1:
+            event(f"launch: {copies} concurrent -> {statuses.count('launched')} launched")
+        return PairRef(a.index, terminal, name)
+
+    @rule(pair=pairs, deco=gen.decorations())
+    def launch_again(self, pair: PairRef, deco: gen.Decoration) -> None:
+        """Launch a known pair again: already_running if it lives, launched if it was closed or exited."""
+        a = self._agent(pair.agent)
+        self._turn(a, [[_call(LAUNCH, _pair_args(pair), deco)], self._list_step()])
+
+    # -- rules: typing ------------------------------------------------------------------------------
+
+    @rule(pair=pairs, plan=gen.send_plans(), semicolon=st.booleans(), deco=gen.decorations())
+    def marker(self, pair: PairRef, plan: gen.SendPlan, semicolon: bool, deco: gen.Decoration) -> None:
+        """Echo a unique marker, typed in chunks; it must show in this pair (and never elsewhere)."""
+        live = self._live_shell(pair)
+        if live is None:
+            a = self._agent(pair.agent)
+            self._type(a, pair, [{"text": "echo not-running"}], deco, read_after=False)
+            return
+        a, _, shell = live
+        uid = checks.new_uid()
+        if shell.mode == "shell":
+            cmd, token = checks.shell_marker(uid, semicolon=semicolon)
+        else:
+            cmd, token = checks.python_marker(uid)
+        self._run_command(a, pair, shell, cmd, token, plan, deco, "marker")
+
+    @rule(pair=pairs, payload=gen.payloads(), plan=gen.send_plans(), deco=gen.decorations())
+    def payload(self, pair: PairRef, payload: str, plan: gen.SendPlan, deco: gen.Decoration) -> None:
+        """Type a text through the program; its md5, computed by the program, proves it arrived intact."""
+        self._payload(pair, payload, plan, deco)
+
+    @rule(pair=pairs, long=gen.long_payloads(), plan=gen.send_plans())
+    def long_payload(self, pair: PairRef, long: gen.LongText, plan: gen.SendPlan) -> None:
+        """A text over 16 KiB (typed only while the program is known to be reading)."""
+        self._payload(pair, long.text, plan, gen.Decoration())
+
+    def _payload(self, pair: PairRef, payload: str, plan: gen.SendPlan, deco: gen.Decoration) -> None:
+        live = self._live_shell(pair)
+        if live is None:
+            event("payload: pair not running")
+            return
+        a, _, shell = live
+        uid = checks.new_uid()
+        if shell.mode == "shell":
+            cmd, token = checks.shell_payload(uid, payload)
+        else:
+            cmd, token = checks.python_payload(uid, payload)
+        long_line = max(len(line.encode()) for line in cmd.split("\n")) > LONG_LINE
+        if (shell.mode == "shell" and not shell.configured) or (long_line and not shell.ready):
+            self._sync(a, pair, shell)
+        if long_line:
+            # A line typed while the program is between reads goes through the kernel's canonical
+            # line editing and is cut at 4095 bytes: type such a line in one piece, at a prompt.
+            plan = replace(plan, cuts=())
+            event("payload: long line")
+        self._run_command(a, pair, shell, cmd, token, plan, deco, "payload")
+
+    @rule(pair=pairs, keys=gen.key_presses(), with_text=st.sampled_from(("absent", "empty", "null")))
+    def press_keys(self, pair: PairRef, keys: str | None, with_text: str) -> None:
+        """Keys only (absent = Enter); an unknown key name may be typed literally: the line is cleared."""
+        a, p, shell = self._pair(pair)
+        args: dict[str, Any] = {} if keys is None else {"keys": keys}
+        if with_text != "absent":
+            args["text"] = "" if with_text == "empty" else None
+        sends = [args]
+        if keys is not None and keys in gen.UNKNOWN_KEYS:
+            sends.append({"keys": "C-u"})
+        self._type(a, pair, sends, gen.Decoration(), read_after=False)
+        if shell is not None:
+            shell.ready = False
+            shell.rows += 2
+
+    # -- rules: reading and listing -----------------------------------------------------------------
+
+    @rule(pair=pairs, scrollback=gen.scrollbacks(), deco=gen.decorations())
+    def read(self, pair: PairRef, scrollback: Any, deco: gen.Decoration) -> None:
+        args = _pair_args(pair) if scrollback is ... else _pair_args(pair, scrollback=scrollback)
+        self._turn(self._agent(pair.agent), [[_call(READ, args, deco)]])
+
+    @rule(agent=AGENT, deco=gen.decorations())
+    def list_terminals(self, agent: int, deco: gen.Decoration) -> None:
+        a = self._agent(agent)
+        self._turn(a, [[_call(LIST, {}, deco)]])
+        self._check_view(a)
+
+    @rule(pair=pairs)
+    def scroll(self, pair: PairRef) -> None:
+        """Print more than a screen: old markers leave the visible rows but stay in the history."""
+        live = self._live_shell(pair)
+        if live is None or live[2].mode != "shell":
+            event("scroll: not a live shell")
+            return
+        a, _, shell = live
+        old = list(shell.markers)
+        uid = checks.new_uid()
+        cmd, token = checks.shell_marker(uid)
+        self._run_command(a, pair, shell, f"seq -f 'SC%g' 1 60; {cmd.removeprefix('set +H; ')}", token,
+                          gen.SendPlan(), gen.Decoration(), "scroll")
+        shell.rows += 62
+        visible = self._turn(a, [[self._read(pair, 0)]])[0][0].value["screen"]
+        if not checks.has_token(visible, token):
+            raise ContractViolation(f"read with scrollback 0 of {pair} lacks the last output {token}")
+        for tok, _ in old:
+            if checks.has_token(visible, tok):
+                raise ContractViolation(f"read with scrollback 0 of {pair} shows {tok}, printed 60+ lines earlier")
+        full = self._turn(a, [[self._read(pair, self.cfg.big_scrollback)]])[0][0].value["screen"]
+        for tok, at in old:
+            if shell.rows - at < HISTORY_ROWS and not checks.has_token(full, tok):
+                raise ContractViolation(f"read with scrollback {self.cfg.big_scrollback} of {pair} lacks {tok}, "
+                                        "which scrolled out of the visible rows: the history must still hold it")
+        event(f"scroll: {min(len(old), 3)}{'+' if len(old) > 3 else ''} old markers found in the history")
+
+    # -- rules: ending terminals --------------------------------------------------------------------
+
+    @rule(pair=pairs, deco=gen.decorations())
+    def close(self, pair: PairRef, deco: gen.Decoration) -> None:
+        a = self._agent(pair.agent)
+        self._turn(a, [[_call(CLOSE, _pair_args(pair), deco)], self._list_step()])
+        self._check_view(a)
+
+    @rule(pair=pairs, window=st.lists(st.sampled_from(("list", "read", "send", "close")), max_size=3),
+          relaunch=st.sampled_from(("no", "after-removal", "quick")))
+    def exit_shell(self, pair: PairRef, window: list[str], relaunch: str) -> None:
+        """``exit`` in the shell: until the server notices, list/send/read/close may see it either way;
+        then it must be removed (polled); then, optionally, launched again."""
+        live = self._live_shell(pair)
+        if live is None or live[2].mode != "shell":
+            event("exit: not a live shell")
+            return
+        a, p, shell = live
+        self._type(a, pair, [{"text": "exit"}], gen.Decoration(), read_after=False)
+        shell.exited = True
+        a.model = a.model._with_pair(replace(p, life=Life.EXITING))
+        steps: list[list[Call]] = []
+        for what in window:
+            steps.append({"list": self._list_step(), "read": [self._read(pair)],
+                          "send": [_call(SEND, _pair_args(pair, text="", keys=""))],
+                          "close": [_call(CLOSE, _pair_args(pair))]}[what])
+        if steps:
+            self._turn(a, steps)
+        if relaunch == "quick":
+            self._await(a, lambda: (q := a.model.pair(pair.terminal, pair.session)) is None or q.life is Life.DEAD,
+                        [self._read(pair)], f"{pair} to be reported dead")
+        else:
+            self._await(a, lambda: a.model.pair(pair.terminal, pair.session) is None,
+                        self._list_step(), f"{pair} to be removed from list after its exit")
+        if relaunch != "no":
+            js = self._turn(a, [[_call(LAUNCH, _pair_args(pair))], self._list_step()])
+            if js[0][0].value.get("status") != "launched":
+                raise ContractViolation(f"launch after exit of {pair} did not start a new process: {js[0][0].value}")
+
+    def _await(self, agent: Agent, done: Callable[[], bool], step: list[Call], what: str) -> None:
+        deadline = time.monotonic() + self.cfg.poll_deadline
+        polls = 0
+        while not done():
+            if time.monotonic() > deadline:
+                raise ContractViolation(f"timed out after {self.cfg.poll_deadline:.0f} s waiting for {what}; "
+                                        f"model: {describe(agent.model)}")
+            if polls:
+                time.sleep(min(0.05 * polls, 0.5))
+            self._turn(agent, [step])
+            polls += 1
+        event(f"exit: settled after {_bucket(polls)} polls")
+
+    # -- rules: an interactive program ---------------------------------------------------------------
+
+    @rule(pair=pairs)
+    def repl_start(self, pair: PairRef) -> None:
+        """Start python3 in a bash pair; type nothing until its ``>>>`` prompt shows."""
+        live = self._live_shell(pair)
+        if live is None or live[2].mode != "shell" or pair.terminal != "bash":
+            event("repl: not a live bash shell")
+            return
+        a, p, shell = live
+        self._type(a, pair, [{"text": "python3 -q"}], gen.Decoration(), read_after=False)
+        shell.ready = False
+        self._poll_screen(a, pair, lambda s: checks.last_row(s) == ">>>", "python prompt")
+        shell.mode, shell.ready = "python", True
+        shell.rows += 2
+        if shell.processes and self.probing:
+            view = self.probe.view(p.socket)
+            shell.processes = tuple(sorted(set(shell.processes) | set(view.members), key=lambda r: r.pid))
+        uid = checks.new_uid()
+        cmd, token = checks.python_marker(uid)
+        self._run_command(a, pair, shell, cmd, token, gen.SendPlan(), gen.Decoration(), "repl")
+
+    @rule(pair=pairs)
+    def repl_exit(self, pair: PairRef) -> None:
+        """``exit()``: wait for the shell's prompt (a REPL may swallow type-ahead), then a marker."""
+        live = self._live_shell(pair)
+        if live is None or live[2].mode != "python":
+            event("repl: no REPL running")
+            return
+        a, _, shell = live
+        self._type(a, pair, [{"text": "exit()"}], gen.Decoration(), read_after=False)
+        self._poll_screen(a, pair, lambda s: any(r.strip() for r in checks.rows_after(s, ">>> exit()")),
+                          "shell prompt after exit()")
+        shell.mode, shell.ready = "shell", False
+        self._sync(a, pair, shell)
+
+    # -- rules: argument errors and what is not addressable --------------------------------------------
+
+    @rule(pair=pairs, bad=gen.bad_calls())
+    def bad_arguments(self, pair: PairRef, bad: gen.BadCall) -> None:
+        a = self._agent(pair.agent)
+        self._turn(a, [[Call(bad.tool, gen.bad_arguments(bad, pair.terminal, pair.session))]])
+
+    @rule(agent=AGENT, terminal=st.one_of(st.sampled_from(DECLARED), gen.undeclared_terminals()),
+          name=gen.session_names(), tool=st.sampled_from((SEND, READ, CLOSE, LAUNCH)), deco=gen.decorations())
+    def unknown_pair(self, agent: int, terminal: str, name: str, tool: str, deco: gen.Decoration) -> None:
+        """A call on a pair that may never have been launched (or an undeclared terminal)."""
+        a = self._agent(agent)
+        if tool == LAUNCH and terminal in DECLARED:
+            tool = READ
+        args = {"terminal": terminal, "session": name}
+        if tool == SEND:
+            args.update(text="", keys="")
+        self._turn(a, [[_call(tool, args, deco)]])
+
+    @rule(agent=AGENT, tool=st.sampled_from((SEND, READ, CLOSE, LAUNCH)))
+    def server_made(self, agent: int, tool: str) -> None:
+        """The server's own terminals (the baseline) are never addressable; list keeps showing them."""
+        a = self._agent(agent)
+        terminal, session = a.model.baseline[0] if a.model.baseline else ("tui", "main")
+        args = {"terminal": terminal, "session": session}
+        if tool == SEND:
+            args.update(text="", keys="")
+        self._turn(a, [[_call(tool, args)], self._list_step()])
+
+    @rule(pair=pairs, other=AGENT, tool=st.sampled_from((SEND, READ, CLOSE)))
+    def other_agent(self, pair: PairRef, other: int, tool: str) -> None:
+        """A pair's names used in another agent session: that session has its own terminals."""
+        a = self._agent(other)
+        args = _pair_args(pair, text="", keys="") if tool == SEND else _pair_args(pair)
+        self._turn(a, [[_call(tool, args)]])
+
+    @precondition(lambda self: bool(self.bundle("pairs")))
+    @rule(refs=st.lists(pairs, min_size=2, max_size=4), ops=gen.concurrency())
+    def concurrent(self, refs: list[PairRef], ops: Sequence[str]) -> None:
+        """Calls on distinct pairs of one agent in ONE reply: some sequential order must explain them."""
+        agent = refs[0].agent
+        chosen: dict[tuple[str, str], str] = {}
+        for ref, op in zip(refs, ops):
+            if ref.agent == agent and (ref.terminal, ref.session) not in chosen:
+                chosen[(ref.terminal, ref.session)] = op
+        step: list[Call] = []
+        for (terminal, session), op in chosen.items():
+            ref = PairRef(agent, terminal, session)
+            step.append({"read": self._read(ref, 10), "list": _call(LIST, {}),
+                         "close": _call(CLOSE, _pair_args(ref)), "launch": _call(LAUNCH, _pair_args(ref)),
+                         "send-nothing": _call(SEND, _pair_args(ref, text="", keys=""))}[op])
+        event(f"concurrent: {len(step)} calls")
+        self._turn(self._agent(agent), [step, self._list_step()])
+
+    # -- invariants and teardown ------------------------------------------------------------------------
+
+    @invariant()
+    def live_pairs_have_private_servers(self) -> None:
+        """Runs after every rule that returned: so the rule is over (see ``busy``)."""
+        self._check_sockets()
+        self.busy = False
+
+    def teardown(self) -> None:
+        """Close everything (checked), delete the sessions, and prove nothing is left (probe)."""
+        clean = not self.busy
+        errors: list[str] = []
+        for a in self.live:
+            try:
+                if clean and a.model.pairs:
+                    step = [_call(CLOSE, _pair_args(PairRef(a.index, p.terminal, p.session))) for p in a.model.pairs]
+                    self._turn(a, [step, self._list_step()])
+                    if a.model.pairs:
+                        raise ContractViolation(f"agent {a.index}: pairs left after closing all: {describe(a.model)}")
+            except Exception:
+                if clean:
+                    self._cleanup()
+                    raise
+            finally:
+                try:
+                    a.session.delete()
+                except Exception as exc:  # report, but keep cleaning the others
+                    errors.append(f"deleting agent {a.index}: {exc}")
+        if clean:
+            for a in self.live:
+                for number, shell in a.shells.items():
+                    if shell.processes and self.probing and not shell.exited:
+                        self._await_gone(a, number, shell)
+            if errors:
+                raise AssertionError("; ".join(errors))
+
+    def _cleanup(self) -> None:
+        for a in self.live:
+            try:
+                a.session.delete()
+            except Exception:
+                pass
+

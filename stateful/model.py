@@ -1,0 +1,711 @@
+"""The pure model of the terminal-tools contract (CONTRACT.md §1, §2.4): what a call must return.
+
+No I/O happens here. Given the model of one agent session and one call (tool name + the raw argument
+text the model sent), :func:`judge` decides whether an observed output is allowed and returns the
+model of the session after it. It is strict wherever the contract says "must" and tolerant exactly
+where it says "may":
+
+* an empty or unparsable argument string may give the malformed-JSON error or whatever ``{}`` gives;
+* a key name that tmux does not know may give an error or ``sent``;
+* a pair whose process was told to exit (``EXITING``) may still be alive, dead but listed (``running``
+  true or false), or gone; ``send`` may say ``sent`` or the no-longer-running error;
+* when a tool-specific check and the not-found check both apply, the contract fixes no order, so
+  either error is accepted (only the common errors have a fixed order).
+
+Several calls issued in one model reply run concurrently: :func:`judge_step` accepts the outputs if
+SOME sequential order of the calls explains all of them.
+
+Resource events (§2.4) are reconciled by :func:`reconcile_events` against the instances that the
+model knows were launched and ended, again without I/O.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from enum import Enum
+from typing import Any
+
+__all__ = [
+    "ContractViolation",
+    "Call",
+    "Life",
+    "PairState",
+    "Instance",
+    "SessionModel",
+    "Judgement",
+    "judge",
+    "judge_step",
+    "EventView",
+    "Ledger",
+    "reconcile_events",
+    "resource_base_id",
+    "PANE_ROWS",
+    "PANE_COLS",
+    "TOOLS",
+]
+
+TOOLS = (
+    "sys_terminal_launch",
+    "sys_terminal_send",
+    "sys_terminal_read",
+    "sys_terminal_list",
+    "sys_terminal_close",
+)
+PANE_ROWS = 24
+"""Visible rows of a pane: CONTRACT §1 read, "80x24 by default"."""
+PANE_COLS = 80
+
+ERR_NOT_OBJECT = {"error": "arguments must be a JSON object"}
+ERR_MALFORMED = {"error": "malformed JSON arguments"}
+ERR_TERMINAL = {"error": "requires a non-empty 'terminal' string"}
+ERR_SESSION = {"error": "requires a non-empty 'session' string"}
+ERR_TEXT = {"error": "'text' must be a string if provided"}
+ERR_KEYS = {"error": "'keys' must be a string if provided"}
+ERR_SCROLLBACK = {"error": "'scrollback' must be a non-negative integer"}
+SENT = {"status": "sent"}
+
+KNOWN_KEYS = frozenset({"Enter", "C-c", "C-u", "C-m", "Escape", "Space", "BSpace", "Tab", "Up", "Down"})
+"""Key names the model knows tmux accepts; any other name may be rejected or typed (contract "may")."""
+
+LAUNCH_KEYS = frozenset({"terminal", "session", "tmux_socket", "has_os_env", "status"})
+READ_KEYS = frozenset({"terminal", "screen", "scrollback_lines"})
+LIST_KEYS = frozenset({"terminal", "session", "command", "running", "has_os_env", "tmux_socket"})
+CLOSE_KEYS = frozenset({"terminal", "session", "status"})
+
+
+class ContractViolation(AssertionError):
+    """An observed behaviour that the contract forbids; the message says what and why."""
+
+
+def err_not_found(terminal: str, session: str) -> dict[str, str]:
+    return {"error": f"terminal '{terminal}:{session}' not found or not running"}
+
+
+def err_gone(terminal: str, session: str) -> dict[str, str]:
+    return {"error": f"Terminal {terminal}:{session} is no longer running (tmux server exited)"}
+
+
+def err_unknown_terminal(terminal: str, declared: Sequence[str]) -> list[dict[str, str]]:
+    """The unknown-terminal error. The contract shows the name in quotes; a name holding a quote or
+    backslash makes ``'{name}'`` and ``{name!r}`` differ, and both readings are accepted."""
+    listing = repr(sorted(declared))
+    variants = {f"unknown terminal '{terminal}'; declared: {listing}",
+                f"unknown terminal {terminal!r}; declared: {listing}"}
+    return [{"error": v} for v in sorted(variants)]
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def _safe(value: str) -> str:
+    return _UNSAFE.sub("_", value).strip("_") or "resource"
+
+
+def resource_base_id(terminal: str, session: str) -> str:
+    """CONTRACT §2.4 before disambiguation: ``terminal_<safe(name)>_<safe(key)>``."""
+    return f"terminal_{_safe(terminal)}_{_safe(session)}"
+
+
+def resource_id_fits(resource_id: str, terminal: str, session: str) -> bool:
+    """Whether an id is the pair's base id or a disambiguated one (``<base>_<n>``, n >= 2)."""
+    base = resource_base_id(terminal, session)
+    if resource_id == base:
+        return True
+    m = re.fullmatch(re.escape(base) + r"_(\d+)", resource_id)
+    return bool(m) and int(m.group(1)) >= 2
+
+
+@dataclass(frozen=True)
+class Call:
+    """One tool call as the model issues it: the tool's name and the raw ``arguments`` text."""
+
+    tool: str
+    arguments: str
+
+    def __repr__(self) -> str:
+        args = self.arguments if len(self.arguments) <= 120 else self.arguments[:100] + "...<%d chars>" % len(self.arguments)
+        return f"{self.tool.removeprefix('sys_terminal_')}({args})"
+
+
+class Life(Enum):
+    ALIVE = "alive"
+    """The process is certainly alive (launched, never told to exit)."""
+    EXITING = "exiting"
+    """Told to exit: may still be alive, may be dead; the server may or may not have noticed."""
+    DEAD = "dead"
+    """Known dead (a tool said so), possibly still registered (listed with running false)."""
+
+
+@dataclass(frozen=True)
+class PairState:
+    terminal: str
+    session: str
+    socket: str
+    instance: int
+    life: Life
+    order: tuple[int, ...]
+    """Acceptable sort keys for list's launch order (a relaunch may keep or take a new position)."""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.terminal, self.session)
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One launched process of a pair (a relaunch is a new instance): the unit of resource events."""
+
+    number: int
+    terminal: str
+    session: str
+
+
+@dataclass(frozen=True)
+class SessionModel:
+    """What the contract lets a client know about one agent session's terminals."""
+
+    declared: tuple[str, ...]
+    baseline: tuple[tuple[str, str], ...] = ()
+    """Pairs the first list showed (server-made); listed first, never addressable unless declared."""
+    pairs: tuple[PairState, ...] = ()
+    instances: tuple[Instance, ...] = ()
+    ended: frozenset[int] = frozenset()
+    """Instances that certainly ended (closed, or exited and then seen gone or relaunched)."""
+    commands: tuple[tuple[str, str], ...] = ()
+    """``command`` that list showed first for each terminal name (must stay the same)."""
+    next_order: int = 0
+
+    def pair(self, terminal: str, session: str) -> PairState | None:
+        for p in self.pairs:
+            if p.key == (terminal, session):
+                return p
+        return None
+
+    def maybe_ended(self) -> frozenset[int]:
+        return frozenset(p.instance for p in self.pairs if p.life is not Life.ALIVE)
+
+    def alive(self) -> tuple[PairState, ...]:
+        return tuple(p for p in self.pairs if p.life is Life.ALIVE)
+
+    def _without(self, key: tuple[str, str], *, ended: bool) -> SessionModel:
+        gone = [p for p in self.pairs if p.key == key]
+        return replace(
+            self,
+            pairs=tuple(p for p in self.pairs if p.key != key),
+            ended=self.ended | frozenset(p.instance for p in gone) if ended else self.ended,
+        )
+
+    def _with_pair(self, pair: PairState) -> SessionModel:
+        pairs = list(self.pairs)
+        for i, p in enumerate(pairs):
+            if p.key == pair.key:
+                pairs[i] = pair
+                return replace(self, pairs=tuple(pairs))
+        return replace(self, pairs=(*pairs, pair))
+
+    def _new_instance(self, terminal: str, session: str) -> tuple[SessionModel, int]:
+        number = len(self.instances)
+        return replace(self, instances=(*self.instances, Instance(number, terminal, session))), number
+
+
+@dataclass(frozen=True)
+class Judgement:
+    model: SessionModel
+    label: str
+    """For ``hypothesis.event``: the tool and the branch of the contract the output took."""
+    value: Any
+    """The parsed output."""
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else value
+    return text if len(text) <= 400 else text[:380] + f"...<{len(text)} chars>"
+
+
+def _fail(call: Call, output: str, why: str, model: SessionModel | None = None) -> ContractViolation:
+    parts = [f"{why}", f"  call:   {call!r}", f"  output: {_short(output)}"]
+    if model is not None:
+        parts.append(f"  model:  {describe(model)}")
+    return ContractViolation("\n".join(parts))
+
+
+def describe(model: SessionModel) -> str:
+    pairs = ", ".join(f"{p.terminal}:{p.session!r}[{p.life.value}]" for p in model.pairs) or "none"
+    return f"pairs={pairs}; baseline={list(model.baseline)}"
+
+
+def _is_error(value: Any) -> bool:
+    return isinstance(value, dict) and set(value) == {"error"} and isinstance(value["error"], str)
+
+
+def _nonempty_str(value: Any) -> bool:
+    return isinstance(value, str) and value != ""
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class _Reject(Exception):
+    """This output does not fit this reading of the call (internal; becomes a violation)."""
+
+
+def judge(model: SessionModel, call: Call, output: str) -> Judgement:
+    """Check one call's output against the contract; return the model after it (or raise)."""
+    try:
+        value = json.loads(output)
+    except (TypeError, ValueError):
+        raise _fail(call, output, "the tool's output is not JSON", model) from None
+    short = call.tool.removeprefix("sys_terminal_")
+    raw = call.arguments
+    try:
+        if raw.strip() == "":
+            raise ValueError("empty")
+        args = json.loads(raw)
+    except ValueError:
+        if value == ERR_MALFORMED:
+            return Judgement(model, f"{short}: malformed arguments -> error", value)
+        try:
+            j = _judge_args(model, call, {}, value)
+        except _Reject as exc:
+            raise _fail(call, output, f"malformed arguments: expected {ERR_MALFORMED} or what {{}} gives ({exc})", model) from None
+        return replace(j, label=f"{short}: malformed arguments -> as {{}}")
+    if not isinstance(args, dict):
+        if value != ERR_NOT_OBJECT:
+            raise _fail(call, output, f"arguments are not a JSON object: expected {ERR_NOT_OBJECT}", model)
+        return Judgement(model, f"{short}: error not-an-object", value)
+    try:
+        return _judge_args(model, call, args, value)
+    except _Reject as exc:
+        raise _fail(call, output, str(exc), model) from None
+
+
+def _judge_args(model: SessionModel, call: Call, args: dict[str, Any], value: Any) -> Judgement:
+    tool = call.tool
+    if tool == "sys_terminal_list":
+        return _judge_list(model, value)
+    if tool not in TOOLS:
+        raise _Reject(f"the model does not know tool {tool!r}")
+    short = tool.removeprefix("sys_terminal_")
+    terminal = args.get("terminal")
+    if not _nonempty_str(terminal):
+        if value != ERR_TERMINAL:
+            raise _Reject(f"'terminal' is {terminal!r}: expected {ERR_TERMINAL}")
+        return Judgement(model, f"{short}: error terminal", value)
+    session = args.get("session")
+    if not _nonempty_str(session):
+        if value != ERR_SESSION:
+            raise _Reject(f"'session' is {session!r}: expected {ERR_SESSION}")
+        return Judgement(model, f"{short}: error session", value)
+    if tool == "sys_terminal_launch":
+        return _judge_launch(model, args, terminal, session, value)
+    if tool == "sys_terminal_send":
+        return _judge_send(model, args, terminal, session, value)
+    if tool == "sys_terminal_read":
+        return _judge_read(model, args, terminal, session, value)
+    return _judge_close(model, terminal, session, value)
+
+
+# --- launch -------------------------------------------------------------------------------------
+
+
+def _judge_launch(model: SessionModel, args: dict[str, Any], terminal: str, session: str, value: Any) -> Judgement:
+    allowed_errors: list[Any] = []
+    any_error = False
+    if terminal not in model.declared:
+        allowed_errors += err_unknown_terminal(terminal, model.declared)
+    if "cwd" in args or "sandbox" in args:
+        # Our terminals allow no override: refused, with a message the contract leaves open.
+        any_error = True
+    if allowed_errors or any_error:
+        if value in allowed_errors or (any_error and _is_error(value)):
+            kind = "unknown-terminal" if value in allowed_errors else "override refused"
+            return Judgement(model, f"launch: error {kind}", value)
+        raise _Reject(f"expected one of {allowed_errors}" + (" or an override-refused error" if any_error else ""))
+    pair = model.pair(terminal, session)
+    if isinstance(value, dict) and value.get("status") in ("launched", "already_running"):
+        if set(value) != LAUNCH_KEYS:
+            raise _Reject(f"launch output keys {sorted(value)} != {sorted(LAUNCH_KEYS)}")
+        if value["terminal"] != terminal or value["session"] != session:
+            raise _Reject(f"launch names another pair: {value['terminal']!r}:{value['session']!r}")
+        if value["has_os_env"] is not True:
+            raise _Reject("has_os_env is not true")
+        if not _nonempty_str(value["tmux_socket"]):
+            raise _Reject("tmux_socket is not a non-empty string")
+    status = value.get("status") if isinstance(value, dict) else None
+    if pair is None:
+        if status != "launched":
+            raise _Reject("an unregistered pair must be launched")
+        return _launched(model, terminal, session, value, None)
+    if pair.life is Life.ALIVE:
+        if status != "already_running":
+            raise _Reject(f"the pair is running (socket {pair.socket}): expected already_running")
+        if value["tmux_socket"] != pair.socket:
+            raise _Reject(f"already_running changed tmux_socket from {pair.socket!r}")
+        return Judgement(model, "launch: already_running", value)
+    if status == "already_running" and pair.life is Life.EXITING:
+        if value["tmux_socket"] != pair.socket:
+            raise _Reject(f"already_running changed tmux_socket from {pair.socket!r}")
+        return Judgement(model, "launch: already_running (exit pending)", value)
+    if status != "launched":
+        raise _Reject("the pair's process exited: expected launched (a new process)")
+    return _launched(model, terminal, session, value, pair)
+
+
+def _launched(model: SessionModel, terminal: str, session: str, value: dict[str, Any], old: PairState | None) -> Judgement:
+    socket = value["tmux_socket"]
+    for other in model.pairs:
+        if other.key != (terminal, session) and other.life is Life.ALIVE and other.socket == socket:
+            raise _Reject(f"tmux_socket {socket!r} is already the private server of {other.terminal}:{other.session}")
+    ended = model.ended
+    order: tuple[int, ...] = (model.next_order,)
+    label = "launch: launched"
+    if old is not None:
+        ended = ended | {old.instance}
+        order = (*old.order, model.next_order)
+        label = "launch: launched again after exit"
+    m, number = replace(model, ended=ended, next_order=model.next_order + 1)._new_instance(terminal, session)
+    m = m._with_pair(PairState(terminal, session, socket, number, Life.ALIVE, order))
+    return Judgement(m, label, value)
+
+
+# --- send / read --------------------------------------------------------------------------------
+
+
+def _lookup_errors(model: SessionModel, terminal: str, session: str) -> tuple[PairState | None, bool]:
+    """The pair if addressable, and whether not-found is certain (undeclared or unregistered)."""
+    if terminal not in model.declared:
+        return None, True
+    pair = model.pair(terminal, session)
+    return pair, pair is None
+
+
+def _judge_send(model: SessionModel, args: dict[str, Any], terminal: str, session: str, value: Any) -> Judgement:
+    type_errors: list[dict[str, str]] = []
+    text = args.get("text")
+    if text is not None and not isinstance(text, str):
+        type_errors.append(ERR_TEXT)
+    if "keys" in args and not isinstance(args["keys"], str):
+        type_errors.append(ERR_KEYS)
+    keys = args.get("keys", "Enter")
+    unknown_keys = isinstance(keys, str) and any(k not in KNOWN_KEYS for k in keys.split())
+    pair, missing = _lookup_errors(model, terminal, session)
+    nf = err_not_found(terminal, session)
+    if missing:
+        if value == nf:
+            return Judgement(model, "send: error not-found", value)
+        if value in type_errors:
+            return Judgement(model, "send: error type (pair unknown)", value)
+        raise _Reject(f"expected {nf}" + (f" or one of {type_errors}" if type_errors else ""))
+    assert pair is not None
+    if type_errors:
+        if value in type_errors:
+            return Judgement(model, "send: error text type" if value == ERR_TEXT else "send: error keys type", value)
+        if pair.life is not Life.ALIVE and value in (nf, err_gone(terminal, session)):
+            return Judgement(model._with_pair(replace(pair, life=Life.DEAD)), "send: error dead (bad types too)", value)
+        raise _Reject(f"expected one of {type_errors}")
+    if pair.life is not Life.ALIVE:
+        if value in (nf, err_gone(terminal, session)):
+            which = "not-found" if value == nf else "no-longer-running"
+            return Judgement(model._with_pair(replace(pair, life=Life.DEAD)), f"send: error {which} after exit", value)
+        if value == SENT and pair.life is Life.EXITING:
+            return Judgement(model, "send: sent (exit pending)", value)
+        raise _Reject(f"the pair's process exited: expected {nf} or {err_gone(terminal, session)}"
+                      + (" or sent" if pair.life is Life.EXITING else ""))
+    if value == SENT:
+        return Judgement(model, "send: sent" + (" (unknown key)" if unknown_keys else ""), value)
+    if unknown_keys and _is_error(value):
+        return Judgement(model, "send: error unknown key", value)
+    raise _Reject(f"the pair is running: expected {SENT}" + (" or an unknown-key error" if unknown_keys else ""))
+
+
+def _judge_read(model: SessionModel, args: dict[str, Any], terminal: str, session: str, value: Any) -> Judgement:
+    scrollback = args.get("scrollback")
+    bad_scrollback = "scrollback" in args and not (_is_int(scrollback) and scrollback >= 0)
+    pair, missing = _lookup_errors(model, terminal, session)
+    nf = err_not_found(terminal, session)
+    if missing:
+        if value == nf:
+            return Judgement(model, "read: error not-found", value)
+        if bad_scrollback and value == ERR_SCROLLBACK:
+            return Judgement(model, "read: error scrollback (pair unknown)", value)
+        raise _Reject(f"expected {nf}" + (f" or {ERR_SCROLLBACK}" if bad_scrollback else ""))
+    assert pair is not None
+    if bad_scrollback:
+        if value == ERR_SCROLLBACK:
+            return Judgement(model, "read: error scrollback", value)
+        if pair.life is not Life.ALIVE and value == nf:
+            return Judgement(model._with_pair(replace(pair, life=Life.DEAD)), "read: error not-found after exit", value)
+        raise _Reject(f"scrollback {scrollback!r} is not a non-negative integer: expected {ERR_SCROLLBACK}")
+    if pair.life is not Life.ALIVE and value == nf:
+        return Judgement(model._with_pair(replace(pair, life=Life.DEAD)), "read: error not-found after exit", value)
+    if pair.life is Life.DEAD:
+        raise _Reject(f"the pair's process exited: expected {nf}")
+    if not (isinstance(value, dict) and set(value) == READ_KEYS):
+        raise _Reject(f"expected a read result with keys {sorted(READ_KEYS)}")
+    problem = screen_problem(value, terminal, session, scrollback if "scrollback" in args else None)
+    if problem:
+        raise _Reject(problem)
+    label = "read: ok" if pair.life is Life.ALIVE else "read: ok (exit pending)"
+    return Judgement(model, label, value)
+
+
+def screen_problem(value: Mapping[str, Any], terminal: str, session: str, scrollback: int | None) -> str | None:
+    """Whether a successful read's result breaks §1 read (None if it is fine)."""
+    if value["terminal"] != f"{terminal}:{session}":
+        return f"read names {value['terminal']!r}, expected {terminal + ':' + session!r}"
+    screen = value["screen"]
+    lines = value["scrollback_lines"]
+    if not isinstance(screen, str):
+        return "screen is not a string"
+    if not _is_int(lines) or lines < 0:
+        return f"scrollback_lines {lines!r} is not a non-negative integer"
+    if scrollback is not None and lines != scrollback:
+        return f"scrollback_lines {lines} != requested {scrollback}"
+    if "\x1b" in screen:
+        return "screen holds escape codes"
+    if not screen.endswith("\n"):
+        return "the screen's last row does not end in \\n"
+    rows = screen.split("\n")[:-1]
+    if len(rows) < PANE_ROWS:
+        return f"{len(rows)} rows < the {PANE_ROWS} visible rows"
+    if len(rows) > lines + PANE_ROWS:
+        return f"{len(rows)} rows > scrollback {lines} + {PANE_ROWS} visible rows"
+    for row in rows:
+        if row.isascii() and len(row) > PANE_COLS:
+            return f"a row is {len(row)} columns wide (> {PANE_COLS}): long lines must stay split"
+    return None
+
+
+# --- close --------------------------------------------------------------------------------------
+
+
+def _judge_close(model: SessionModel, terminal: str, session: str, value: Any) -> Judgement:
+    closed = {"terminal": terminal, "session": session, "status": "closed"}
+    not_found = {"terminal": terminal, "session": session, "status": "not_found"}
+    pair, missing = _lookup_errors(model, terminal, session)
+    if missing:
+        if value != not_found:
+            raise _Reject(f"the pair is not registered: expected {not_found}")
+        return Judgement(model, "close: not_found", value)
+    assert pair is not None
+    if value == closed:
+        label = "close: closed" if pair.life is Life.ALIVE else "close: closed after exit"
+        return Judgement(model._without(pair.key, ended=True), label, value)
+    if value == not_found and pair.life is not Life.ALIVE:
+        return Judgement(model._without(pair.key, ended=True), "close: not_found after exit", value)
+    raise _Reject(f"expected {closed}" + ("" if pair.life is Life.ALIVE else f" or {not_found}"))
+
+
+# --- list ---------------------------------------------------------------------------------------
+
+
+def _judge_list(model: SessionModel, value: Any) -> Judgement:
+    if not isinstance(value, list):
+        raise _Reject("list must return a JSON array")
+    for entry in value:
+        if not isinstance(entry, dict) or set(entry) != LIST_KEYS:
+            raise _Reject(f"a list entry is not an object with keys {sorted(LIST_KEYS)}: {entry!r}")
+        for name in ("terminal", "session", "command", "tmux_socket"):
+            if not isinstance(entry[name], str):
+                raise _Reject(f"list entry field {name!r} is not a string: {entry!r}")
+        for name in ("running", "has_os_env"):
+            if not isinstance(entry[name], bool):
+                raise _Reject(f"list entry field {name!r} is not a boolean: {entry!r}")
+    keys = [(e["terminal"], e["session"]) for e in value]
+    if len(set(keys)) != len(keys):
+        raise _Reject("list shows a pair twice")
+    nb = len(model.baseline)
+    if tuple(keys[:nb]) != model.baseline:
+        raise _Reject(f"list must start with the baseline {list(model.baseline)} (what the first list showed)")
+    commands = dict(model.commands)
+    rest = value[nb:]
+    seen: dict[tuple[str, str], dict[str, Any]] = {}
+    last = -1
+    pinned: dict[tuple[str, str], tuple[int, ...]] = {}
+    for entry in rest:
+        key = (entry["terminal"], entry["session"])
+        pair = model.pair(*key)
+        if pair is None:
+            raise _Reject(f"list shows {key[0]}:{key[1]}, which is not registered in this session")
+        if entry["tmux_socket"] != pair.socket:
+            raise _Reject(f"list gives {key[0]}:{key[1]} tmux_socket {entry['tmux_socket']!r}, launch said {pair.socket!r}")
+        if entry["has_os_env"] is not True:
+            raise _Reject(f"list gives {key[0]}:{key[1]} has_os_env false; launch said true")
+        if entry["running"] is not True and pair.life is Life.ALIVE:
+            raise _Reject(f"list says the live pair {key[0]}:{key[1]} is not running")
+        if entry["running"] is True and pair.life is Life.DEAD:
+            raise _Reject(f"list says {key[0]}:{key[1]} is running, but a tool already reported it dead")
+        known = commands.setdefault(entry["terminal"], entry["command"])
+        if entry["command"] != known:
+            raise _Reject(f"list gives terminal {entry['terminal']!r} command {entry['command']!r}, earlier {known!r}")
+        fitting = [o for o in pair.order if o > last]
+        if not fitting:
+            raise _Reject(f"list is not in launch order at {key[0]}:{key[1]} (observed {keys[nb:]})")
+        last = min(fitting)
+        pinned[key] = (last,)
+        seen[key] = entry
+    m = replace(model, commands=tuple(sorted(commands.items())))
+    labels = []
+    for pair in model.pairs:
+        entry = seen.get(pair.key)
+        if entry is None:
+            if pair.life is Life.ALIVE:
+                raise _Reject(f"list misses the live pair {pair.terminal}:{pair.session}")
+            m = m._without(pair.key, ended=True)
+            labels.append("gone")
+            continue
+        new = replace(pair, order=pinned[pair.key])
+        if pair.life is not Life.ALIVE:
+            labels.append("running" if entry["running"] else "not running")
+            if not entry["running"]:
+                new = replace(new, life=Life.DEAD)
+        m = m._with_pair(new)
+    label = f"list: {min(len(rest), 3)}{'+' if len(rest) > 3 else ''} pairs"
+    if labels:
+        label = "list: exited pair " + "/".join(sorted(set(labels)))
+    return Judgement(m, label, value)
+
+
+# --- several calls in one reply -----------------------------------------------------------------
+
+
+def judge_step(model: SessionModel, calls: Sequence[Call], outputs: Sequence[str]) -> list[Judgement]:
+    """Judge the calls of one model reply, which run concurrently: accept the outputs if SOME
+    sequential order of the calls explains all of them. Returns judgements in the calls' order,
+    the last one (in the explaining order) carrying the final model as ``model`` of every entry."""
+    if len(calls) != len(outputs):
+        raise ContractViolation(f"{len(calls)} calls but {len(outputs)} outputs")
+    first_error: ContractViolation | None = None
+    for order in itertools.permutations(range(len(calls))):
+        m = model
+        found: dict[int, Judgement] = {}
+        try:
+            for i in order:
+                j = judge(m, calls[i], outputs[i])
+                found[i] = j
+                m = j.model
+        except ContractViolation as exc:
+            if first_error is None:
+                first_error = exc
+            continue
+        return [replace(found[i], model=m) for i in range(len(calls))]
+    assert first_error is not None
+    if len(calls) == 1:
+        raise first_error
+    raise ContractViolation(
+        f"no sequential order of the {len(calls)} concurrent calls explains their outputs; "
+        f"in the order issued:\n{first_error}"
+    )
+
+
+# --- resource events (§2.4) ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EventView:
+    """A resource event as a target reports it (the ``resource`` part is optional)."""
+
+    event_type: str
+    resource_id: str
+    terminal: str | None = None
+    session: str | None = None
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """Which events were already matched to which instance."""
+
+    consumed: int = 0
+    created: tuple[tuple[int, str], ...] = ()
+    """(instance, resource id) for every created event seen."""
+    deleted: frozenset[int] = frozenset()
+    ignored: int = 0
+
+    def id_of(self, instance: int) -> str | None:
+        for number, rid in self.created:
+            if number == instance:
+                return rid
+        return None
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    ledger: Ledger
+    missing: tuple[str, ...]
+    """Events the contract requires that were not seen yet (the caller polls, then fails)."""
+    labels: tuple[str, ...] = ()
+
+
+def reconcile_events(model: SessionModel, ledger: Ledger, events: Sequence[EventView]) -> Reconciled:
+    """Match new events to launched/ended instances; raise on an event the contract forbids."""
+    created = list(ledger.created)
+    deleted = set(ledger.deleted)
+    ignored = ledger.ignored
+    labels: list[str] = []
+    maybe = model.maybe_ended()
+    baseline_ids = {resource_base_id(t, s) for t, s in model.baseline}
+    for ev in events[ledger.consumed:]:
+        base_ok = any(ev.resource_id == b or ev.resource_id.startswith(b + "_") for b in baseline_ids)
+        if (ev.terminal, ev.session) in model.baseline or (ev.terminal is None and base_ok):
+            ignored += 1
+            continue
+        if ev.event_type == "session.resource.created":
+            have = {n for n, _ in created}
+            candidates = [i for i in model.instances if i.number not in have and
+                          (ev.terminal is None or (i.terminal, i.session) == (ev.terminal, ev.session)) and
+                          resource_id_fits(ev.resource_id, i.terminal, i.session)]
+            if not candidates:
+                raise ContractViolation(f"created event {ev} matches no launched terminal (ids follow §2.4: "
+                                        f"terminal_<safe(name)>_<safe(key)>[_n])")
+            inst = candidates[0]
+            live_ids = {rid: n for n, rid in created
+                        if n not in deleted and n not in model.ended and n not in maybe}
+            if ev.resource_id in live_ids:
+                other = model.instances[live_ids[ev.resource_id]]
+                raise ContractViolation(
+                    f"resource id {ev.resource_id!r} of {inst.terminal}:{inst.session!r} is already the id of the "
+                    f"live {other.terminal}:{other.session!r}: ids must be unique among live terminals")
+            created.append((inst.number, ev.resource_id))
+            labels.append("events: created" + (" (disambiguated)" if ev.resource_id != resource_base_id(inst.terminal, inst.session) else ""))
+        elif ev.event_type == "session.resource.deleted":
+            matches = [n for n, rid in created if rid == ev.resource_id and n not in deleted and
+                       (ev.terminal is None or (model.instances[n].terminal, model.instances[n].session) == (ev.terminal, ev.session))]
+            if not matches:
+                raise ContractViolation(f"deleted event {ev} matches no live created terminal (or is a duplicate)")
+            endable = [n for n in matches if n in model.ended or n in maybe]
+            if not endable:
+                inst = model.instances[matches[0]]
+                raise ContractViolation(f"deleted event {ev} for {inst.terminal}:{inst.session!r}, which is alive")
+            deleted.add(endable[0])
+            labels.append("events: deleted")
+        else:
+            raise ContractViolation(f"unknown resource event type {ev.event_type!r}")
+    have = {n for n, _ in created}
+    missing = [f"created for {i.terminal}:{i.session!r} (launch #{i.number})" for i in model.instances if i.number not in have]
+    missing += [f"deleted for {model.instances[n].terminal}:{model.instances[n].session!r} (launch #{n})"
+                for n in sorted(model.ended) if n not in deleted]
+    return Reconciled(Ledger(len(events), tuple(created), frozenset(deleted), ignored), tuple(missing), tuple(labels))
+
+
+def initial_model(declared: Sequence[str], first_list_output: str) -> SessionModel:
+    """The model of a fresh agent session, from what its first ``list`` returned (the baseline)."""
+    try:
+        value = json.loads(first_list_output)
+    except ValueError:
+        raise ContractViolation(f"the first list did not return JSON: {_short(first_list_output)}") from None
+    if not isinstance(value, list):
+        raise ContractViolation(f"the first list did not return an array: {_short(first_list_output)}")
+    baseline: list[tuple[str, str]] = []
+    for entry in value:
+        if not isinstance(entry, dict) or set(entry) != LIST_KEYS:
+            raise ContractViolation(f"a list entry is not an object with keys {sorted(LIST_KEYS)}: {entry!r}")
+        if entry["terminal"] in declared:
+            raise ContractViolation(f"the first list shows a declared pair {entry['terminal']}:{entry['session']} "
+                                    "before any launch (the tester only supports undeclared server-made terminals)")
+        baseline.append((entry["terminal"], entry["session"]))
+    return SessionModel(declared=tuple(sorted(declared)), baseline=tuple(baseline))

@@ -1,0 +1,328 @@
+"""Generation: the Hypothesis strategies that reach the contract's edges (no I/O, no checks).
+
+Everything here is drawn *before* a rule runs and never depends on what the system answered, so a
+failing program replays and shrinks the same way every time. Values that only exist at run time
+(unique marker ids, the command that carries a payload) are combined with the drawn values by small
+pure functions here (:func:`split_command`, :func:`encode`).
+
+The edges: session names with spaces, ``:``, ``.``, ``;``, ``#{..}``, ``#(..)``, a leading ``-``,
+unicode, case variants, long names and names whose resource ids collide; texts with a leading ``-``
+(a chunk that starts with one), a trailing ``;`` or ``\\;``, key names, quotes, newlines, unicode and
+over 16 KiB; keys absent, ``""`` or several; scrollback values valid and invalid; extra argument keys
+of any name; malformed argument strings; undeclared terminals.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import strategies as st
+
+__all__ = [
+    "NAMED_KEYS",
+    "Decoration",
+    "SendPlan",
+    "Cut",
+    "BadCall",
+    "session_names",
+    "undeclared_terminals",
+    "decorations",
+    "send_plans",
+    "payloads",
+    "long_payloads",
+    "key_presses",
+    "scrollbacks",
+    "bad_calls",
+    "encode",
+    "split_command",
+]
+
+NAMED_KEYS = frozenset({"terminal", "session", "text", "keys", "scrollback", "cwd", "sandbox"})
+"""Argument names the contract gives a meaning; extra keys are drawn outside this set."""
+
+NAME_POOL = (
+    "main", "a b", "a:b", "a.b", "a;b", "a_b", "a", "ab", "-x", "-", "--help", "#{session_name}",
+    "#(echo pwned)", "é", "日本語", "😀", "Main", "MAIN", " ", "x" * 200, "a\nb", "1", "%1", "$0",
+    "bash", "a'b", 'a"b', "a\\b",
+)
+"""Hand-picked edges; several map to the same resource id ("a b", "a:b", "a;b", "a_b"; "é", " ")."""
+
+
+@st.composite
+def session_names(draw: st.DrawFn) -> str:
+    """A valid (non-empty) session key: mostly from the pool, so that pairs collide and recur."""
+    kind = draw(st.integers(0, 9))
+    if kind < 7:
+        return draw(st.sampled_from(NAME_POOL))
+    if kind < 9:
+        return draw(st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=16))
+    return draw(st.sampled_from("ab-é;:")) * draw(st.integers(60, 1500))
+
+
+def undeclared_terminals() -> st.SearchStrategy[str]:
+    return st.sampled_from(["tui", "zsh", "Bash", "BASH", "bash ", "python", "SH", "b"])
+
+
+# --- argument encoding and extra keys -----------------------------------------------------------
+
+_EXTRA_NAMES = ("Terminal", "SESSION", "session ", "text2", "Keys", "scroll_back", "cmd", "command",
+                "args", "env", "id", "__proto__", "constructor", "", " ", "é", "timeout", "wait",
+                "literal", "-l", "#{pane_id}", "enter", "status", "tmux_socket")
+_json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**6), st.text(max_size=8))
+_json_values = st.recursive(_json_leaf, lambda inner: st.one_of(
+    st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=4), inner, max_size=3)), max_leaves=5)
+
+
+@dataclass(frozen=True)
+class Decoration:
+    """How one rule's arguments are written: extra keys (ignored by contract) and JSON layout."""
+
+    extra: tuple[tuple[str, Any], ...] = ()
+    ensure_ascii: bool = True
+    spaced: bool = True
+    shuffle: int = 0
+
+    def __repr__(self) -> str:
+        if self == Decoration():
+            return "Decoration()"
+        return (f"Decoration(extra={self.extra!r}, ensure_ascii={self.ensure_ascii}, "
+                f"spaced={self.spaced}, shuffle={self.shuffle})")
+
+
+@st.composite
+def decorations(draw: st.DrawFn) -> Decoration:
+    extra_names = st.one_of(st.sampled_from(_EXTRA_NAMES), st.text(max_size=8)).filter(lambda k: k not in NAMED_KEYS)
+    extra = draw(st.lists(st.tuples(extra_names, _json_values), max_size=3, unique_by=lambda kv: kv[0]))
+    return Decoration(tuple(extra), draw(st.booleans()), draw(st.booleans()), draw(st.integers(0, 5)))
+
+
+def encode(args: dict[str, Any], deco: Decoration = Decoration()) -> str:
+    """The JSON text of ``args`` plus the decoration's extra keys, in a drawn key order and layout."""
+    merged = dict(args)
+    for k, v in deco.extra:
+        merged.setdefault(k, v)
+    items = list(merged.items())
+    if deco.shuffle:
+        random.Random(deco.shuffle).shuffle(items)
+    separators = (", ", ": ") if deco.spaced else (",", ":")
+    return json.dumps(dict(items), ensure_ascii=deco.ensure_ascii, separators=separators)
+
+
+# --- typing a command in several sends ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cut:
+    """Where to split the typed command: an interesting index (``special``) or any index."""
+
+    special: bool
+    index: int
+
+
+FINISHES = ("default", "Enter", "C-m", "newline", "separate", "separate-empty", "separate-null")
+"""How the command is submitted: keys absent (Enter), ``"Enter"``, ``"C-m"``, a newline at the end
+of the text, or a separate send that only presses Enter (keys "Enter", text "" or null + no keys)."""
+
+
+@dataclass(frozen=True)
+class SendPlan:
+    cuts: tuple[Cut, ...] = ()
+    finish: str = "default"
+
+
+@st.composite
+def send_plans(draw: st.DrawFn) -> SendPlan:
+    cuts = draw(st.lists(st.builds(Cut, st.booleans(), st.integers(0, 10**4)), max_size=3))
+    return SendPlan(tuple(cuts), draw(st.sampled_from(FINISHES)))
+
+
+_KEY_NAMES = ("Enter", "C-c", "C-m", "Escape", "Space", "BSpace", "Tab", "Up", "F1", "NoSuchKey")
+
+
+def _interesting(cmd: str) -> list[int]:
+    """Split points that make edge-case chunks: before '-', after ';', around key names and newlines."""
+    points = set()
+    for i, ch in enumerate(cmd):
+        if ch == "-":
+            points.add(i)
+        if ch == ";":
+            points.add(i + 1)
+        if ch == "\n":
+            points.update((i, i + 1))
+    for name in _KEY_NAMES + ("#{", "#("):
+        start = cmd.find(name)
+        while start != -1:
+            points.update((start, start + len(name)))
+            start = cmd.find(name, start + 1)
+    return sorted(p for p in points if 0 < p < len(cmd))
+
+
+def split_command(cmd: str, plan: SendPlan) -> list[dict[str, Any]]:
+    """The sends (arguments without terminal/session) that type ``cmd`` and submit it once."""
+    special = _interesting(cmd)
+    points = set()
+    for cut in plan.cuts:
+        if cut.special and special:
+            points.add(special[cut.index % len(special)])
+        elif len(cmd) > 1:
+            points.add(1 + cut.index % (len(cmd) - 1))
+    bounds = [0, *sorted(points), len(cmd)]
+    chunks = [cmd[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
+    sends: list[dict[str, Any]] = [{"text": c, "keys": ""} for c in chunks[:-1]]
+    last = chunks[-1]
+    finish = plan.finish
+    if finish == "default":
+        sends.append({"text": last})
+    elif finish in ("Enter", "C-m"):
+        sends.append({"text": last, "keys": finish})
+    elif finish == "newline":
+        sends.append({"text": last + "\n", "keys": ""})
+    else:
+        sends.append({"text": last, "keys": ""})
+        sends.append({"keys": "Enter"} if finish == "separate" else
+                     {"text": ""} if finish == "separate-empty" else {"text": None})
+    return sends
+
+
+# --- payloads (texts that must arrive as written) ------------------------------------------------
+
+_SPECIAL_PIECES = ("-", "--", "-x", ";", "\\;", ";;", " ; ", "Enter", "C-c", "C-m", "Escape", "Space",
+                   "BSpace", "#{session_name}", "#{pane_id}", "#(echo hi)", "##", "'", '"', "\\", "\\\\",
+                   "$HOME", "$(echo x)", "`echo x`", "\n", "é", "日本語", "😀", "~", "!", "!!", "%s",
+                   "%%", "*", "{a,b}", "  ", "\u00a0", "\\n", "'\\''")
+_CHARS = st.characters(codec="utf-8", exclude_categories=("Cs", "Cc", "Co", "Cn"))
+"""No TAB or control characters: readline interprets them (completion, editing), which is the
+program's behaviour, not the server's."""
+
+
+def payloads() -> st.SearchStrategy[str]:
+    """Short texts (may hold newlines) built from edge-case pieces and arbitrary printable text."""
+    piece = st.one_of(st.sampled_from(_SPECIAL_PIECES), st.text(_CHARS, min_size=1, max_size=12))
+    return st.lists(piece, min_size=1, max_size=8).map("".join)
+
+
+@dataclass(frozen=True)
+class LongText:
+    """A text over 16 KiB, kept short in printed programs: ``piece`` repeated to ``size`` chars."""
+
+    piece: str
+    size: int
+
+    @property
+    def text(self) -> str:
+        return (self.piece * (self.size // len(self.piece) + 1))[: self.size]
+
+
+def long_payloads() -> st.SearchStrategy[LongText]:
+    """One line (no newline: a line typed while the program is between reads is cut at 4095 bytes)."""
+    piece = st.one_of(st.sampled_from(("0123456789abcdef", "-;\\;'\"#{x} ", "é日😀-", "Enter C-c ")),
+                      st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc", "Co", "Cn", "Zl", "Zp")),
+                              min_size=1, max_size=20))
+    return st.builds(LongText, piece, st.integers(16 * 1024 + 1, 20 * 1024))
+
+
+# --- keys, scrollback, bad arguments -------------------------------------------------------------
+
+SAFE_KEYS = ("", "Enter", "C-u", "  Enter  ", "Enter Enter", "C-u Enter", "C-c", "C-c C-u")
+"""Key presses that leave a shell or REPL at an empty prompt line."""
+UNKNOWN_KEYS = ("NoSuchKey", "Enterr", "F99")
+
+
+def key_presses() -> st.SearchStrategy[str | None]:
+    """``None`` = keys absent (Enter). Unknown names may be typed literally: the caller clears the line."""
+    return st.one_of(st.none(), st.sampled_from(SAFE_KEYS), st.sampled_from(UNKNOWN_KEYS))
+
+
+VALID_SCROLLBACK = (0, 1, 5, 100, 2000, 10_000, 2**31, 10**12)
+INVALID_SCROLLBACK: tuple[Any, ...] = (-1, -100, 1.5, 2.0, "10", "", True, False, None, [], {}, -0.5)
+
+
+def scrollbacks() -> st.SearchStrategy[Any]:
+    """A scrollback argument; ``...`` stands for "absent"."""
+    return st.one_of(st.just(...), st.sampled_from(VALID_SCROLLBACK), st.integers(0, 300),
+                     st.sampled_from(INVALID_SCROLLBACK), st.integers(max_value=-1))
+
+
+MALFORMED = ("", " ", "{", "}", "[", "nul", "{'terminal': 'bash'}", '{"terminal": "bash",}', "}{",
+             '{"terminal"}', "\n", '{"a":1}}', "{{}}")
+NON_OBJECT = ("[]", "null", "0", "1.5", '"bash"', "true", "[{}]", '[{"terminal": "bash"}]')
+BAD_NAMES: tuple[Any, ...] = (None, 0, 1, True, False, [], {}, "", ["bash"], {"name": "bash"}, 1.5)
+BAD_TEXT: tuple[Any, ...] = (0, 1, True, False, [], {}, ["a"], 1.5)
+BAD_KEYS: tuple[Any, ...] = (None, 0, True, [], ["Enter"], {}, 1.5)
+
+
+@dataclass(frozen=True)
+class BadCall:
+    """An argument error: a raw (malformed / non-object) string, or one field made wrong.
+
+    ``key`` is None for raw strings, ``"-terminal"``/``"-session"`` for a missing key, else the
+    name of the field given ``value``.
+    """
+
+    tool: str
+    raw: str | None = None
+    key: str | None = None
+    value: Any = None
+    also: tuple[tuple[str, Any], ...] = ()
+    """A second wrong field (to check which error a tool reports first)."""
+
+
+@st.composite
+def bad_calls(draw: st.DrawFn) -> BadCall:
+    tool = draw(st.sampled_from(("sys_terminal_launch", "sys_terminal_send", "sys_terminal_read",
+                                 "sys_terminal_list", "sys_terminal_close")))
+    kinds = ["raw", "terminal", "session"] if tool != "sys_terminal_list" else ["raw"]
+    if tool == "sys_terminal_send":
+        kinds += ["text", "keys"]
+    if tool == "sys_terminal_read":
+        kinds += ["scrollback"]
+    if tool == "sys_terminal_launch":
+        kinds += ["cwd"]
+    kind = draw(st.sampled_from(kinds))
+    if kind == "raw":
+        return BadCall(tool, raw=draw(st.sampled_from(MALFORMED + NON_OBJECT)))
+    if kind in ("terminal", "session"):
+        if draw(st.booleans()):
+            return BadCall(tool, key="-" + kind)
+        bad = BadCall(tool, key=kind, value=draw(st.sampled_from(BAD_NAMES)))
+        if kind == "terminal" and tool != "sys_terminal_list" and draw(st.booleans()):
+            bad = BadCall(tool, key=kind, value=bad.value, also=(("session", draw(st.sampled_from(BAD_NAMES))),))
+        return bad
+    if kind == "text":
+        bad = BadCall(tool, key="text", value=draw(st.sampled_from(BAD_TEXT)))
+        if draw(st.booleans()):
+            return BadCall(tool, key="text", value=bad.value, also=(("keys", draw(st.sampled_from(BAD_KEYS))),))
+        return bad
+    if kind == "keys":
+        return BadCall(tool, key="keys", value=draw(st.sampled_from(BAD_KEYS)))
+    if kind == "scrollback":
+        return BadCall(tool, key="scrollback", value=draw(st.one_of(st.sampled_from(INVALID_SCROLLBACK),
+                                                                       st.integers(max_value=-1))))
+    return BadCall(tool, key="cwd", value=draw(st.sampled_from(("/tmp", "/", ".."))))
+
+
+def bad_arguments(bad: BadCall, terminal: str, session: str) -> str:
+    """The raw argument text of a :class:`BadCall` aimed at ``terminal:session``."""
+    if bad.raw is not None:
+        return bad.raw
+    args: dict[str, Any] = {} if bad.tool == "sys_terminal_list" else {"terminal": terminal, "session": session}
+    if bad.tool == "sys_terminal_send":
+        args["text"] = ""
+        args["keys"] = ""
+    assert bad.key is not None
+    if bad.key.startswith("-"):
+        args.pop(bad.key[1:], None)
+    else:
+        args[bad.key] = bad.value
+    for name, value in bad.also:
+        args[name] = value
+    return json.dumps(args)
+
+
+def concurrency() -> st.SearchStrategy[Sequence[str]]:
+    """Operations for the distinct pairs of one concurrent step."""
+    return st.lists(st.sampled_from(("read", "list", "close", "launch", "send-nothing")), min_size=2, max_size=4)

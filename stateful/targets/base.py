@@ -1,0 +1,93 @@
+"""One interface for every system the machine can test (execution only: no model, no checks).
+
+A :class:`Target` opens agent sessions. An :class:`AgentSession` runs a *turn*: a list of steps, each
+step the list of tool calls that the model issues in ONE reply (so the calls of a step run
+concurrently, the steps one after the other). It returns every call's output string, untouched, and
+exposes what else a client can observe: the session's resource events so far, its
+``/resources/terminals`` view (``None`` where the target has none), and delete.
+
+Keeping execution behind this interface is what lets the same rules, model and checks run in-process
+(:mod:`stateful.targets.direct`) and over HTTP against any contract server
+(:mod:`stateful.targets.sessions`).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from stateful.model import Call, EventView
+
+__all__ = ["Call", "EventView", "Step", "AgentSession", "Target", "StepTimeout", "TargetError"]
+
+Step = Sequence[Call]
+"""The calls of one model reply (they run concurrently)."""
+
+
+class TargetError(RuntimeError):
+    """The target could not run a turn for a reason outside the tools (HTTP failure, failed turn)."""
+
+
+@dataclass
+class StepTimeout(TargetError):
+    """A step did not finish within the per-step timeout: reported as a hang, never retried."""
+
+    step_index: int
+    calls: Sequence[Call]
+    timeout: float
+    where: str
+    """The target's address (URL, or "in-process registry")."""
+    detail: str = ""
+    panes: dict[str, str] = field(default_factory=dict)
+    """Pane contents of the terminals involved (filled in by the machine through the probe)."""
+
+    def __str__(self) -> str:
+        lines = [f"HANG: step {self.step_index} did not finish within {self.timeout:.0f} s on {self.where}",
+                 f"  calls: {list(self.calls)!r}"]
+        if self.detail:
+            lines.append(f"  {self.detail}")
+        for name, text in self.panes.items():
+            lines.append(f"  pane {name}:\n" + "\n".join("    | " + row for row in text.rstrip("\n").split("\n")))
+        return "\n".join(lines)
+
+
+class AgentSession(abc.ABC):
+    """One agent session (conversation) on a target."""
+
+    label: str
+    """Short name for reports (session id)."""
+
+    @abc.abstractmethod
+    def run_turn(self, steps: Sequence[Step], *, step_timeout: float) -> list[list[str]]:
+        """Run the steps as one turn; return outputs[step][call]. Raise :class:`StepTimeout` on a hang."""
+
+    @abc.abstractmethod
+    def events(self) -> list[EventView]:
+        """All resource events of this session so far, in the order the target recorded them."""
+
+    def terminals_view(self) -> list[Mapping[str, Any]] | None:
+        """The ``/resources/terminals`` entries, or None where the target has no such view."""
+        return None
+
+    @abc.abstractmethod
+    def delete(self) -> None:
+        """Delete the session: the server closes all of its terminals."""
+
+
+class Target(abc.ABC):
+    """A system under test."""
+
+    name: str
+    where: str
+    """Address for reports."""
+    declared: Mapping[str, str]
+    """Declared terminal name -> command line, as the agent spec declares them."""
+
+    @abc.abstractmethod
+    def open_session(self) -> AgentSession:
+        ...
+
+    def close(self) -> None:  # noqa: B027 - optional
+        """Release what the target holds (threads, clients)."""

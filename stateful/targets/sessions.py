@@ -1,0 +1,220 @@
+"""The HTTP target: any server that speaks the sessions API (CONTRACT §2) with a mock LLM (§5).
+
+Each agent session registers its own agent (a unique name, its own model name = its own mock-LLM
+queue key, two declared terminals), binds the session to the runner, and runs a turn by configuring
+its queue with one ``tool_calls`` reply per step plus a final text reply, posting a user message and
+polling the snapshot until the turn ends. Outputs are read from ``/items`` by ``call_id``.
+
+Items are fetched incrementally with small, varying page sizes (``after=last_id`` while
+``has_more``) and compared with a single large page: pagination must be exact (§2.7), and a gap would
+otherwise show up as a missing tool output far from its cause. Resource events are the session's
+``resource_event`` items.
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from stateful.e2e import (
+    HARNESS,
+    HEADERS,
+    TurnTimeout,
+    agent_spec_yaml,
+    configure_mock_llm,
+    poll_session_until_terminal,
+    send_user_message_to_session,
+    unique_name,
+)
+from stateful.model import ContractViolation, EventView
+from stateful.reference.bundle import build_bundle
+from stateful.targets.base import AgentSession, Step, StepTimeout, Target, TargetError
+
+__all__ = ["SessionsTarget", "SH_TERMINAL"]
+
+SH_TERMINAL = {"command": "bash", "args": ["--norc", "--noprofile"],
+               "os_env": {"type": "caller_process", "sandbox": {"type": "none"}}}
+"""The second declared terminal: bash without rc files (the first, ``bash``, reads them)."""
+PAGE_SIZES = (7, 2, 1000, 3, 1)
+"""Page sizes cycled by the incremental item fetch (small ones make many pages)."""
+SETUP_TIMEOUT = 60.0
+
+
+class HttpSession(AgentSession):
+    def __init__(self, target: SessionsTarget, session_id: str, model: str) -> None:
+        self._t = target
+        self.session_id = session_id
+        self.label = session_id
+        self._model = model
+        self._turns = itertools.count(1)
+        self._items: list[dict[str, Any]] = []
+        self._pages = itertools.cycle(PAGE_SIZES)
+
+    # -- items ------------------------------------------------------------------------------------
+    def _get(self, path: str, **params: Any) -> Any:
+        reply = self._t.client.get(path, params=params or None)
+        if reply.status_code != 200:
+            raise TargetError(f"GET {path} {params}: HTTP {reply.status_code} {reply.text[:500]}")
+        return reply.json()
+
+    def _fetch_new(self) -> None:
+        """Follow pages after the last item seen; then check them against one large page."""
+        path = f"/v1/sessions/{self.session_id}/items"
+        cursor = self._items[-1]["id"] if self._items else None
+        new: list[dict[str, Any]] = []
+        for _ in range(100_000):
+            params: dict[str, Any] = {"order": "asc", "limit": next(self._pages)}
+            if cursor is not None:
+                params["after"] = cursor
+            page = self._get(path, **params)
+            data = page.get("data")
+            if not isinstance(data, list):
+                raise ContractViolation(f"GET items: 'data' is not a list: {page!r}"[:800])
+            new.extend(data)
+            if data:
+                if page.get("last_id") != data[-1].get("id") or page.get("first_id") != data[0].get("id"):
+                    raise ContractViolation(f"GET items {params}: first_id/last_id do not name the page's ends")
+                cursor = data[-1]["id"]
+            if not page.get("has_more"):
+                break
+            if not data:
+                raise ContractViolation(f"GET items {params}: an empty page says has_more")
+        self._items.extend(new)
+        full = self._get(path, order="asc", limit=1000)
+        ids = [i.get("id") for i in full.get("data", [])]
+        seen = [i.get("id") for i in self._items]
+        if len(seen) <= 1000 and ids[: len(seen)] != seen:
+            lost = [i for i in ids[: len(seen) + 1] if i not in seen]
+            dup = len(seen) - len(set(seen))
+            raise ContractViolation(
+                "items pagination is not exact (following after=last_id while has_more must yield every "
+                f"item once, in order): {len(seen)} items paged vs {len(ids)} in one page; "
+                f"first lost: {lost[:3]}, duplicates: {dup}")
+
+    # -- turns ------------------------------------------------------------------------------------
+    def run_turn(self, steps: Sequence[Step], *, step_timeout: float) -> list[list[str]]:
+        tag = f"{next(self._turns)}-{secrets.token_hex(3)}"
+        ids = [[f"call_{tag}_{s}_{i}" for i in range(len(step))] for s, step in enumerate(steps)]
+        responses: list[dict[str, Any]] = [
+            {"tool_calls": [{"call_id": cid, "name": c.tool, "arguments": c.arguments} for cid, c in zip(cids, step)]}
+            for cids, step in zip(ids, steps)
+        ]
+        responses.append({"text": f"turn {tag} done"})
+        client = self._t.client
+        try:
+            configure_mock_llm(self._t.mock_llm_url, responses, key=self._model)
+            response_id = send_user_message_to_session(client, session_id=self.session_id, content=f"turn {tag}")
+        except (httpx.HTTPError, AssertionError) as exc:
+            raise TargetError(f"starting turn {tag} on {self._t.where}: {exc}") from exc
+        timeout = step_timeout * max(1, len(steps))
+        try:
+            outcome = poll_session_until_terminal(client, session_id=self.session_id,
+                                                  response_id=response_id, timeout=timeout)
+        except TurnTimeout as exc:
+            raise self._hang(steps, ids, step_timeout, str(exc)) from None
+        self._fetch_new()
+        outputs: dict[str, list[str]] = {}
+        calls: dict[str, list[str]] = {}
+        for item in self._items:
+            if item.get("type") == "function_call_output":
+                outputs.setdefault(item.get("call_id"), []).append(item.get("output"))
+            elif item.get("type") == "function_call":
+                calls.setdefault(item.get("call_id"), []).append(item.get("name"))
+        if outcome.get("status") != "completed":
+            done = sum(1 for cids in ids for c in cids if c in outputs)
+            raise TargetError(f"turn {tag} on {self._t.where} ended {outcome.get('status')}: "
+                              f"{outcome.get('error')!r} ({done} of {sum(map(len, ids))} calls have outputs)")
+        result: list[list[str]] = []
+        for cids, step in zip(ids, steps):
+            row = []
+            for cid, call in zip(cids, step):
+                got = outputs.get(cid, [])
+                if len(got) != 1 or not isinstance(got[0], str):
+                    raise ContractViolation(f"call {call!r} (call_id {cid}) has {len(got)} function_call_output "
+                                            "items with a string output; expected exactly one")
+                if calls.get(cid) != [call.tool]:
+                    raise ContractViolation(f"call_id {cid}: function_call items {calls.get(cid)!r}, "
+                                            f"expected one naming {call.tool!r}")
+                row.append(got[0])
+            result.append(row)
+        return result
+
+    def _hang(self, steps: Sequence[Step], ids: list[list[str]], timeout: float, detail: str) -> StepTimeout:
+        """Which step hangs (the first with a call lacking its output), and stop the turn."""
+        pending = 0
+        try:
+            self._fetch_new()
+            have = {i.get("call_id") for i in self._items if i.get("type") == "function_call_output"}
+            pending = next((s for s, cids in enumerate(ids) if any(c not in have for c in cids)), len(steps) - 1)
+            self._t.client.post(f"/v1/sessions/{self.session_id}/events", json={"type": "interrupt"})
+        except Exception as exc:  # the report matters more than this detail
+            detail += f" (while inspecting the hang: {exc})"
+        return StepTimeout(pending, list(steps[pending]), timeout, self._t.where,
+                           detail=f"session {self.session_id}: {detail}"[:2000])
+
+    def events(self) -> list[EventView]:
+        self._fetch_new()
+        views = []
+        for item in self._items:
+            if item.get("type") != "resource_event":
+                continue
+            resource = item.get("resource") if isinstance(item.get("resource"), Mapping) else {}
+            terminal, session = resource.get("terminal"), resource.get("session")
+            views.append(EventView(str(item.get("event_type")), str(item.get("resource_id")),
+                                   terminal if isinstance(terminal, str) else None,
+                                   session if isinstance(session, str) else None))
+        return views
+
+    def terminals_view(self) -> list[Mapping[str, Any]] | None:
+        body = self._get(f"/v1/sessions/{self.session_id}/resources/terminals")
+        data = body.get("data") if isinstance(body, Mapping) else None
+        if not isinstance(data, list):
+            raise ContractViolation(f"/resources/terminals: 'data' is not a list: {body!r}"[:800])
+        return data
+
+    def delete(self) -> None:
+        reply = self._t.client.delete(f"/v1/sessions/{self.session_id}")
+        if reply.status_code not in (200, 202, 204):
+            raise TargetError(f"DELETE session {self.session_id}: HTTP {reply.status_code} {reply.text[:300]}")
+
+
+class SessionsTarget(Target):
+    name = "sessions"
+
+    def __init__(self, server_url: str, mock_llm_url: str, runner_id: str) -> None:
+        self.where = server_url
+        self.mock_llm_url = mock_llm_url
+        self.runner_id = runner_id
+        self.client = httpx.Client(base_url=server_url, headers=HEADERS, timeout=60.0)
+        self.declared: Mapping[str, str] = {"bash": "bash", "sh": "bash --norc --noprofile"}
+
+    def open_session(self) -> HttpSession:
+        name = unique_name("stateful")
+        model = unique_name("stateful-model")
+        text = agent_spec_yaml(name=name, harness=HARNESS, model=model, prompt="You are a terminal test assistant.",
+                               mock_llm_base_url=self.mock_llm_url, extra_config={"terminals": {"sh": SH_TERMINAL}})
+        reply = self.client.post("/v1/sessions", data={"metadata": "{}"},
+                                 files={"bundle": (f"{name}.tar.gz", build_bundle(name, text), "application/gzip")})
+        if reply.status_code != 201:
+            raise TargetError(f"registering agent {name}: HTTP {reply.status_code} {reply.text[:500]}")
+        session_id = str(reply.json()["session_id"])
+        deadline = time.monotonic() + SETUP_TIMEOUT
+        while True:
+            status = self.client.get(f"/v1/runners/{self.runner_id}/status")
+            if status.status_code == 200 and status.json().get("online") is True:
+                break
+            if time.monotonic() > deadline:
+                raise TargetError(f"runner {self.runner_id} is not online: {status.status_code} {status.text[:300]}")
+            time.sleep(0.2)
+        bound = self.client.patch(f"/v1/sessions/{session_id}", json={"runner_id": self.runner_id})
+        if bound.status_code != 200:
+            raise TargetError(f"binding session {session_id} to runner: HTTP {bound.status_code} {bound.text[:300]}")
+        return HttpSession(self, session_id, model)
+
+    def close(self) -> None:
+        self.client.close()
