@@ -210,6 +210,10 @@ def test_bad_responses_body_is_a_400(mock: MockLLMServer) -> None:
     assert reply.status_code == 400 and "JSON" in reply.json()["error"]["message"]
     reply = httpx.post(f"{mock.url}/v1/responses", json=[1, 2])
     assert reply.status_code == 400
+    reply = httpx.post(f"{mock.url}/v1/responses", content=b"[" * 100_000 + b"]" * 100_000)
+    assert reply.status_code == 400
+    reply = httpx.post(f"{mock.url}/mock/configure", content=b"[" * 100_000)
+    assert reply.status_code == 400
 
 
 def test_state_is_thread_safe() -> None:

@@ -356,7 +356,23 @@ BAD_BUNDLES: dict[str, bytes] = {
     "bad-scrollback": targz({"x.yaml": b"name: x\nexecutor: {model: m, auth: {base_url: 'http://h/v1'}}\nterminals: {bash: {command: bash, scrollback: -1}}\n"}),
     "not-utf8": targz({"x.yaml": b"name: \xff\xfe"}),
     "bomb": gzip.compress(b"\0" * (9 * 1024 * 1024)),
+    "deep-yaml": targz({"x.yaml": b"a: " + b"[" * 20_000 + b"]" * 20_000}),
+    "alias-loop": targz({"x.yaml": b"name: &n [*n]\nexecutor: {model: m, auth: {base_url: 'http://h/v1'}}\n"}),
+    "symlink-only": b"",  # replaced below
 }
+
+
+def _symlink_bundle() -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        info = tarfile.TarInfo("x.yaml")
+        info.type = tarfile.SYMTYPE
+        info.linkname = "/etc/passwd"
+        archive.addfile(info)
+    return buffer.getvalue()
+
+
+BAD_BUNDLES["symlink-only"] = _symlink_bundle()
 
 
 @pytest.mark.parametrize("bundle", list(BAD_BUNDLES.values()), ids=list(BAD_BUNDLES))
@@ -378,6 +394,11 @@ def test_bad_bundles_are_rejected_clearly(client: httpx.Client, bundle: bytes) -
         ({"content": b"whatever", "headers": {"content-type": "multipart/form-data"}}, 400),
         ({"content": b"a=b", "headers": {"content-type": "application/x-www-form-urlencoded"}}, 415),
         ({"content": b"{not json", "headers": {"content-type": "application/json"}}, 400),
+        ({"content": b"[" * 100_000 + b"]" * 100_000, "headers": {"content-type": "application/json"}}, 400),
+        ({"content": b"\xff\xfe{}", "headers": {"content-type": "application/json"}}, 400),
+        ({"content": b"null", "headers": {"content-type": "application/json"}}, 400),
+        ({"content": b"{}", "headers": {"content-type": "text/plain"}}, 415),
+        ({"data": {"metadata": "[" * 50_000}, "files": {"bundle": ("b", targz({"x.yaml": GOOD_YAML}))}}, 400),
         ({"json": ["agent_id"]}, 400),
         ({"json": {"agent_id": 5}}, 400),
         ({"json": {}}, 400),

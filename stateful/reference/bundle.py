@@ -76,6 +76,8 @@ def parse_bundle(data: bytes) -> AgentSpec:
         document = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise BundleError(f"{name!r} is not valid YAML: {exc}") from None
+    except RecursionError:
+        raise BundleError(f"{name!r} is nested too deeply") from None
     try:
         return parse_agent_spec(document)
     except SpecError as exc:

@@ -398,6 +398,8 @@ async def _json_body(request: Request) -> Any:
         return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ConfigError("body is not usable JSON: nested too deeply") from None
 
 
 def create_mock_llm_app(state: MockState | None = None) -> Starlette:

@@ -69,6 +69,8 @@ async def json_object(request: Request) -> dict[str, Any]:
         value = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BadRequest(f"body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise BadRequest("body is not usable JSON: nested too deeply") from None
     if not isinstance(value, dict):
         raise BadRequest("body must be a JSON object")
     return value
@@ -193,6 +195,8 @@ def create_sessions_app(service: SessionService, *, token: str | None = None) ->
                     parsed = json.loads(metadata)
                 except json.JSONDecodeError as exc:
                     raise BadRequest(f"'metadata' is not valid JSON: {exc}") from None
+                except RecursionError:
+                    raise BadRequest("'metadata' is nested too deeply") from None
                 if not isinstance(parsed, dict):
                     raise BadRequest("'metadata' must be a JSON object")
             bundle = form.get("bundle")
