@@ -88,14 +88,17 @@ def _not_found(terminal: str, session: str) -> str:
     return f"terminal '{terminal}:{session}' not found or not running"
 
 
-def _registered(context: ToolContext, terminal: str, session: str) -> bool:
-    """Declared by the agent and registered in this agent session."""
-    if terminal not in context.terminals:
-        return False
-    return any(
+def _type_problem(context: ToolContext, terminal: str, session: str, problem: str) -> str:
+    """The error for a badly typed argument: not-found first if the pair is not registered.
+
+    That is the contract's (and omnigent's) order. The registry is asked only on this error path,
+    so a well-formed call costs one registry call.
+    """
+    registered = any(
         row.terminal == terminal and row.session == session
         for row in context.registry.list(context.session_id)
     )
+    return problem if registered else _not_found(terminal, session)
 
 
 def _launch_cwd(terminal: str, spec: TerminalSpec, cwd: Any) -> str | None:
@@ -171,16 +174,18 @@ def sys_terminal_send(arguments: str, context: ToolContext) -> str:
     """Type text literally into a terminal, then press keys (default Enter)."""
     try:
         args, terminal, session = _pair(arguments)
-        if not _registered(context, terminal, session):
-            raise _Refusal(_not_found(terminal, session))
-        text = args.get("text")
-        if text is not None and not isinstance(text, str):
-            raise _Refusal("'text' must be a string if provided")
-        keys = args.get("keys", "Enter")
-        if not isinstance(keys, str):
-            raise _Refusal("'keys' must be a string if provided")
     except _Refusal as refusal:
         return _error(refusal.error)
+    if terminal not in context.terminals:
+        return _error(_not_found(terminal, session))
+    text, keys = args.get("text"), args.get("keys", "Enter")
+    problem = None
+    if text is not None and not isinstance(text, str):
+        problem = "'text' must be a string if provided"
+    elif not isinstance(keys, str):
+        problem = "'keys' must be a string if provided"
+    if problem is not None:
+        return _error(_type_problem(context, terminal, session, problem))
     try:
         context.registry.send(context.session_id, terminal, session, text=text, keys=keys)
     except TerminalNotFound:
@@ -196,13 +201,14 @@ def sys_terminal_read(arguments: str, context: ToolContext) -> str:
     """The terminal's screen as text, with up to ``scrollback`` lines of history above it."""
     try:
         args, terminal, session = _pair(arguments)
-        if not _registered(context, terminal, session):
-            raise _Refusal(_not_found(terminal, session))
-        scrollback = args.get("scrollback", 0)
-        if isinstance(scrollback, bool) or not isinstance(scrollback, int) or scrollback < 0:
-            raise _Refusal("'scrollback' must be a non-negative integer")
     except _Refusal as refusal:
         return _error(refusal.error)
+    if terminal not in context.terminals:
+        return _error(_not_found(terminal, session))
+    scrollback = args.get("scrollback", 0)
+    if isinstance(scrollback, bool) or not isinstance(scrollback, int) or scrollback < 0:
+        problem = "'scrollback' must be a non-negative integer"
+        return _error(_type_problem(context, terminal, session, problem))
     try:
         screen = context.registry.read(context.session_id, terminal, session, scrollback=scrollback)
     except (TerminalNotFound, TerminalGone):
