@@ -360,3 +360,15 @@ def test_destroy_lets_hangup_handlers_finish_their_cleanup(
     server.destroy()
     assert done.exists()
     assert session_members(server.pane) == []
+
+
+def test_odd_text_and_keys_are_typed_not_rejected(
+    start: Starter, tmp_path: Path, eventually: Callable[..., Any]
+) -> None:
+    """Lone surrogates (JSON allows them) become U+FFFD; a "key" holding NUL or longer than any
+    key name is typed literally; thousands of keys are pressed in order."""
+    keys = ["x\udc80y", "a\0b", "k" * 100, *(["Space"] * 3000), "Enter"]
+    expected = "t\ufffd".encode() + "x\ufffdy".encode() + b"a\0b" + b"k" * 100 + b" " * 3000 + b"\r"
+    server, out = _sink(start, tmp_path, len(expected), eventually)
+    server.send("t\ud800", keys)
+    assert _received(server, out, eventually) == expected

@@ -394,3 +394,22 @@ def test_tool_schemas_describe_the_five_tools() -> None:
     required = {s["name"]: s["parameters"].get("required", []) for s in TOOL_SCHEMAS}
     assert required == {**{t: ["terminal", "session"] for t in PAIR_TOOLS}, "sys_terminal_list": []}
     assert call_tool.__name__ == "call_tool"
+
+
+def test_odd_values_give_results_never_exceptions(call: Call, eventually: Eventually) -> None:
+    assert call("sys_terminal_launch", pair("\udc80 \0 ;"))["status"] == "launched"
+    odd = pair("\udc80 \0 ;")
+    assert call("sys_terminal_send", {**odd, "text": "echo O\0K\udc80", "keys": "C-u"}) == {"status": "sent"}
+    assert call("sys_terminal_send", {**odd, "text": "", "keys": "a\0b " + "Enter " * 5000 + "C-u"}) == {"status": "sent"}
+    assert call("sys_terminal_send", {**odd, "text": "echo BIG$((1+1))", "keys": "Enter"}) == {"status": "sent"}
+    read = call("sys_terminal_read", {**odd, "scrollback": 10**30})
+    assert read["scrollback_lines"] == 10**30
+    read_until(call, "BIG2\n", eventually, "\udc80 \0 ;")
+    assert [r["session"] for r in call("sys_terminal_list", {})] == ["\udc80 \0 ;"]
+    assert call("sys_terminal_close", odd)["status"] == "closed"
+
+
+def test_a_cwd_with_nul_is_refused(call: Call, permissive: ToolContext) -> None:
+    assert call("sys_terminal_launch", pair(cwd="a\0b"), context=permissive) == {
+        "error": "launch failed: cwd override 'a\\x00b' is not a directory"
+    }

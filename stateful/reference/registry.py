@@ -180,6 +180,16 @@ _LIVE: set[TerminalRegistry] = set()
 _LIVE_LOCK = threading.Lock()
 
 
+def _forget_in_child() -> None:
+    """A forked child owns none of its parent's terminals: its exit must not close them."""
+    global _LIVE_LOCK
+    _LIVE_LOCK = threading.Lock()
+    _LIVE.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
 @atexit.register
 def _shutdown_all() -> None:
     with _LIVE_LOCK:
@@ -271,7 +281,7 @@ class TerminalRegistry:
                         "already_running", existing.server.socket_path, existing.resource_id
                     )
                 self._retire(existing)  # exited: a new process replaces it
-            server = self._start(spec, session, cwd or spec.cwd)
+            server = self._start(spec, session, os.path.abspath(cwd or spec.cwd))
             with self._lock:
                 if self._closed:
                     registered = False
@@ -289,7 +299,7 @@ class TerminalRegistry:
 
     def _start(self, spec: TerminalSpec, session: str, cwd: str) -> TmuxServer:
         """A new private server running the spec's program, or LaunchFailed."""
-        if not os.path.isdir(cwd):
+        if "\0" in cwd or not os.path.isdir(cwd):
             raise LaunchFailed(
                 f"working directory '{cwd}' of terminal {spec.name}:{session} does not exist"
             )

@@ -61,6 +61,12 @@ SOCKET_DIR_PREFIX = "stateful-tmux-"
 _SEND_CHUNK_BYTES = 4096
 """Bytes of typed text per ``send-keys -l`` argument; never splits a UTF-8 character."""
 
+_MAX_KEY_NAME = 64
+"""Longer "key names" are typed as text (tmux would type an unknown name literally anyway)."""
+
+_MAX_HISTORY = 2**31 - 1
+"""tmux reads ``capture-pane -S`` as an int."""
+
 _INVOCATION_BYTES = 8192
 """Typed bytes per tmux invocation: tmux refuses a command line over 16 KiB ("command too long")."""
 
@@ -460,19 +466,31 @@ class TmuxServer:
         Text goes through ``send-keys -l`` in chunks of at most 4 KiB (tmux refuses command lines
         over 16 KiB); NUL, which no argument can carry, goes through ``send-keys -H 00``; lone
         surrogates (not characters) become U+FFFD. A key name tmux does not know is typed literally
-        (that is tmux's own behaviour for ``send-keys`` without ``-l``).
+        (that is tmux's own behaviour for ``send-keys`` without ``-l``); a "key" no key name can
+        be (one holding NUL, or longer than any key name) is typed literally by the text path.
         """
         target = self._target()
         commands: list[list[str]] = []
         if text:
-            text = _SURROGATES.sub("\ufffd", text)
-            for index, piece in enumerate(text.split("\0")):
-                if index:
-                    commands.append(["send-keys", "-H", "-t", target, "00"])
-                for chunk in _text_chunks(piece):
-                    commands.append(["send-keys", "-l", "-t", target, "--", tmux_argument(chunk)])
-        if keys:
-            commands.append(["send-keys", "-t", target, "--", *(tmux_argument(k) for k in keys)])
+            commands += self._literal(target, text)
+        group: list[str] = []
+        size = 0
+        for key in keys:
+            key = _SURROGATES.sub("\ufffd", key)
+            if "\0" in key or len(key.encode("utf-8")) > _MAX_KEY_NAME:
+                if group:
+                    commands.append(["send-keys", "-t", target, "--", *group])
+                    group, size = [], 0
+                commands += self._literal(target, key)
+                continue
+            argument = tmux_argument(key)
+            if group and size + len(argument.encode("utf-8")) + 1 > _SEND_CHUNK_BYTES:
+                commands.append(["send-keys", "-t", target, "--", *group])
+                group, size = [], 0
+            group.append(argument)
+            size += len(argument.encode("utf-8")) + 1
+        if group:
+            commands.append(["send-keys", "-t", target, "--", *group])
         # Batch commands into as few invocations as tmux's command-length limit allows.
         batch: list[str] = []
         size = 0
@@ -486,6 +504,17 @@ class TmuxServer:
         if batch:
             self.run(*batch)
 
+    @staticmethod
+    def _literal(target: str, text: str) -> list[list[str]]:
+        commands: list[list[str]] = []
+        text = _SURROGATES.sub("\ufffd", text)
+        for index, piece in enumerate(text.split("\0")):
+            if index:
+                commands.append(["send-keys", "-H", "-t", target, "00"])
+            for chunk in _text_chunks(piece):
+                commands.append(["send-keys", "-l", "-t", target, "--", tmux_argument(chunk)])
+        return commands
+
     def capture(self, history: int = 0) -> str:
         """The pane as plain text: up to ``history`` lines of scrollback, then the visible rows.
 
@@ -495,7 +524,7 @@ class TmuxServer:
         target = self._target()
         args = ["capture-pane", "-p", "-t", target]
         if history > 0:
-            args += ["-S", f"-{int(history)}"]
+            args += ["-S", f"-{min(int(history), _MAX_HISTORY)}"]
         lines = self.run(*args, ";", "display-message", "-p", "-t", target, "end")
         if not lines or lines[-1] != "end":
             raise TmuxError(f"unexpected capture-pane output ({len(lines)} lines)", command=args)

@@ -112,6 +112,8 @@ def _launch_cwd(terminal: str, spec: TerminalSpec, cwd: Any) -> str | None:
         )
     if not isinstance(cwd, str):
         raise _Refusal("'cwd' must be a string if provided")
+    if "\0" in cwd:
+        raise _Refusal(f"launch failed: cwd override {cwd!r} is not a directory")
     root = os.path.realpath(spec.cwd)
     resolved = os.path.realpath(os.path.join(root, os.path.expanduser(cwd)))
     if resolved != root and not resolved.startswith(root.rstrip(os.sep) + os.sep):
