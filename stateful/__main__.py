@@ -33,6 +33,16 @@ def _port(text: str) -> int:
     return value
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m stateful", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -40,6 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="sessions API address (default 127.0.0.1)")
     serve.add_argument("--port", type=_port, default=0, help="sessions API port (default 0: a free port)")
     serve.add_argument("--mock-port", type=_port, default=0, help="mock LLM port, always on 127.0.0.1 (default 0)")
+    serve.add_argument(
+        "--max-model-calls", type=_positive, default=200,
+        help="model calls a turn may make before it is cut off (default 200)",
+    )
     serve.add_argument(
         "--token",
         default=os.environ.get("STATEFUL_SERVER_TOKEN") or None,
@@ -56,6 +70,7 @@ def _wait_until_answering(urls: Sequence[str], token: str | None) -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
+    from stateful.reference.agent import LoopSettings
     from stateful.reference.stack import EmbeddedStack, is_loopback
 
     if not is_loopback(args.host) and not args.token:
@@ -65,7 +80,10 @@ def serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        stack = EmbeddedStack(host=args.host, port=args.port, mock_port=args.mock_port, token=args.token)
+        stack = EmbeddedStack(
+            host=args.host, port=args.port, mock_port=args.mock_port, token=args.token,
+            settings=LoopSettings(max_model_calls=args.max_model_calls),
+        )
         stack.start()
     except OSError as exc:
         print(f"error: cannot bind: {exc}", file=sys.stderr)

@@ -154,9 +154,17 @@ def tools(options: argparse.Namespace) -> list[Row]:
     return rows
 
 
+def http(options: argparse.Namespace) -> list[Row]:
+    """The same calls through the agent loop and the sessions API (``stateful/bench_http.py``)."""
+    from stateful.bench_http import section
+
+    return section(options)
+
+
 SECTIONS: dict[str, Section] = {
     "floor": floor,
     "tools": tools,
+    "http": http,
 }
 """Sections in run order. Add one (e.g. ``"http"``) as a function returning rows."""
 

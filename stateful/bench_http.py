@@ -1,5 +1,5 @@
-"""HTTP figures for ``./dev bench``: the same tool calls in-process, through the agent loop, and
-through the sessions API, in one run, so the cost of each layer is visible side by side.
+"""The ``http`` section of ``./dev bench``: the same tool calls in-process, through the agent loop,
+and through the sessions API, in one run, so the cost of each layer is visible side by side.
 
 Layers measured (same machine, same run):
 
@@ -19,13 +19,11 @@ history length matters). Tools: ``sys_terminal_list`` (registry only, no tmux) a
 from __future__ import annotations
 
 import json
-import platform
-import statistics
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -57,27 +55,48 @@ class Figure:
     layer: str
     workload: str
     shape: str
-    rate: float
-    unit: str
+    samples: list[float]
+    """Seconds per unit (per turn, or per tool call averaged over the turn that made it)."""
 
 
-def _timed(work: Callable[[Any], Any], repeats: int, setup: Callable[[], Any]) -> float:
-    """Median wall time of ``repeats`` runs of ``work(setup())``; the setup is not timed."""
-    times = []
+def _timed(work: Callable[[Any], Any], repeats: int, setup: Callable[[], Any], units: int = 1) -> list[float]:
+    """``repeats`` runs of ``work(setup())`` (setup not timed); each run gives ``units`` samples of
+    its time divided by ``units`` (a turn's calls cannot be timed one by one from outside)."""
+    samples: list[float] = []
     for _ in range(repeats):
         prepared = setup()
         started = time.perf_counter()
         work(prepared)
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+        samples += [(time.perf_counter() - started) / units] * units
+    return samples
 
 
-def _replies(tool: str, replies: int, per_reply: int) -> list[dict[str, Any]]:
+def _each(work: Callable[[Any], Any], count: int, setup: Callable[[], Any]) -> list[float]:
+    """``count`` runs of ``work(prepared)`` on one ``setup()``, each timed on its own."""
+    prepared = setup()
+    samples = []
+    for _ in range(count):
+        started = time.perf_counter()
+        work(prepared)
+        samples.append(time.perf_counter() - started)
+    return samples
+
+
+MAX_REPLIES_PER_TURN = 100
+"""Below the stack's cut-off of a turn (200 model calls): longer workloads take several turns."""
+
+
+def _turns(tool: str, calls: int, per_reply: int) -> list[list[dict[str, Any]]]:
+    """Mock-queue scripts, one per turn, that make ``calls`` calls of ``tool``, ``per_reply`` at a time."""
     arguments = json.dumps(TOOL_ARGUMENTS[tool])
-    return [
+    replies = [
         {"tool_calls": [{"call_id": f"c{r}_{i}", "name": tool, "arguments": arguments} for i in range(per_reply)]}
-        for r in range(replies)
-    ] + [{"text": "done"}]
+        for r in range(calls // per_reply)
+    ]
+    return [
+        replies[start:start + MAX_REPLIES_PER_TURN] + [{"text": "done"}]
+        for start in range(0, len(replies), MAX_REPLIES_PER_TURN)
+    ]
 
 
 def _shape(per_reply: int) -> str:
@@ -114,14 +133,12 @@ class HttpTarget:
 
 
 def measure_sessions_api(target: HttpTarget, layer: str, *, calls: int, turns: int, repeats: int) -> list[Figure]:
-    figures = []
-    seconds = _timed(lambda sid: [target.turn(sid, [{"text": "hi"}]) for _ in range(turns)], repeats, target.fresh_session)
-    figures.append(Figure(layer, "text-only turns", "1 model call per turn", turns / seconds, "turns/s"))
+    figures = [Figure(layer, "turn", "text reply only", _each(lambda sid: target.turn(sid, [{"text": "hi"}]), turns, target.fresh_session))]
     for tool in TOOL_ARGUMENTS:
         for per_reply in (1, 10):
-            entries = _replies(tool, calls // per_reply, per_reply)
-            seconds = _timed(lambda sid: target.turn(sid, entries), repeats, target.fresh_session)
-            figures.append(Figure(layer, tool, _shape(per_reply), calls / seconds, "calls/s"))
+            scripts = _turns(tool, calls, per_reply)
+            samples = _timed(lambda sid: [target.turn(sid, e) for e in scripts], repeats, target.fresh_session, calls)
+            figures.append(Figure(layer, tool, _shape(per_reply), samples))
     return figures
 
 
@@ -154,16 +171,15 @@ def measure_in_process(stack: Any, target: HttpTarget, *, calls: int, turns: int
 
     figures = []
     try:
-        seconds = _timed(lambda ctx: [loop_turn(ctx, [{"text": "hi"}]) for _ in range(turns)], repeats, fresh_context)
-        figures.append(Figure("agent loop", "text-only turns", "1 model call per turn", turns / seconds, "turns/s"))
+        figures.append(Figure("agent loop", "turn", "text reply only", _each(lambda ctx: loop_turn(ctx, [{"text": "hi"}]), turns, fresh_context)))
         for tool in TOOL_ARGUMENTS:
             arguments = json.dumps(TOOL_ARGUMENTS[tool])
-            seconds = _timed(lambda ctx: [call_tool(tool, arguments, ctx) for _ in range(calls)], repeats, fresh_context)
-            figures.append(Figure("in-process", tool, "call_tool, sequential", calls / seconds, "calls/s"))
+            samples = _each(lambda ctx: call_tool(tool, arguments, ctx), calls, fresh_context)
+            figures.append(Figure("in-process", tool, "call_tool", samples))
             for per_reply in (1, 10):
-                entries = _replies(tool, calls // per_reply, per_reply)
-                seconds = _timed(lambda ctx: loop_turn(ctx, entries), repeats, fresh_context)
-                figures.append(Figure("agent loop", tool, _shape(per_reply), calls / seconds, "calls/s"))
+                scripts = _turns(tool, calls, per_reply)
+                samples = _timed(lambda ctx: [loop_turn(ctx, e) for e in scripts], repeats, fresh_context, calls)
+                figures.append(Figure("agent loop", tool, _shape(per_reply), samples))
     finally:
         model.close()
     return figures
@@ -206,31 +222,37 @@ def measure(*, calls: int = 100, turns: int = 30, repeats: int = 3) -> list[Figu
         finally:
             target.close()
     order = {"in-process": 0, "agent loop": 1, "sessions API, in-process stack": 2, "sessions API, serve process": 3}
-    workloads = {"text-only turns": 0, **{tool: i + 1 for i, tool in enumerate(TOOL_ARGUMENTS)}}
+    workloads = {"turn": 0, **{tool: i + 1 for i, tool in enumerate(TOOL_ARGUMENTS)}}
     return sorted(figures, key=lambda f: (workloads[f.workload], order[f.layer], f.shape))
 
 
-def render(figures: Sequence[Figure], *, calls: int, turns: int, repeats: int) -> str:
-    """The markdown section for ``docs/benchmarks.md``."""
-    lines = [
-        "## HTTP: the sessions API and the agent loop against in-process calls",
-        "",
-        f"Measured {time.strftime('%Y-%m-%d')} with `python -m stateful.bench_http` on {platform.machine()} "
-        f"({platform.python_implementation()} {platform.python_version()}), a shared 2-core machine; "
-        f"median of {repeats} runs, each from a fresh session; {calls} tool calls per workload, "
-        f"{turns} turns for the turn rate.",
-        "",
-        "| workload | shape | layer | rate |",
-        "|---|---|---|---:|",
-    ]
-    for figure in figures:
-        lines.append(f"| {figure.workload} | {figure.shape} | {figure.layer} | {figure.rate:,.0f} {figure.unit} |")
-    return "\n".join(lines) + "\n"
+LAYER_LABELS = {
+    "in-process": "call_tool",
+    "agent loop": "loop",
+    "sessions API, in-process stack": "HTTP (in-proc stack)",
+    "sessions API, serve process": "HTTP (serve process)",
+}
 
 
-def main(calls: int = 100, turns: int = 30, repeats: int = 3) -> str:
-    return render(measure(calls=calls, turns=turns, repeats=repeats), calls=calls, turns=turns, repeats=repeats)
+def section(options: Any) -> list[Any]:
+    """Rows for ``stateful.bench`` (its ``http`` section): ``options.calls`` tool calls per workload
+    (rounded down to a multiple of 10), at most 50 turns for the turn rows, 3 repeats per workload."""
+    from stateful.bench import Row
+
+    calls = max(10, options.calls // 10 * 10)
+    rows = []
+    for figure in measure(calls=calls, turns=min(50, calls), repeats=3):
+        what = figure.workload.removeprefix("sys_terminal_")
+        if figure.shape.endswith("per reply"):
+            what += f" {figure.shape.split()[0]}/reply"
+        note = {"turn": "per turn; one model call"}.get(figure.workload, "")
+        if figure.shape.endswith("per reply"):
+            note = "per call = a turn's time / its calls"
+        rows.append(Row("http", f"{what} via {LAYER_LABELS[figure.layer]}", figure.samples, note))
+    return rows
 
 
 if __name__ == "__main__":
-    print(main())
+    from stateful.bench import main
+
+    sys.exit(main(["--only", "http", *sys.argv[1:]]))

@@ -517,8 +517,8 @@ def _serve(*args: str) -> subprocess.Popen[str]:
 
 @pytest.mark.parametrize(
     "args",
-    [["--port", "abc"], ["--port", "70000"], ["--host", "0.0.0.0"], ["--bogus"], []],
-    ids=["port-not-number", "port-range", "public-without-token", "unknown-option", "no-command"],
+    [["--port", "abc"], ["--port", "70000"], ["--host", "0.0.0.0"], ["--bogus"], [], ["--max-model-calls", "0"]],
+    ids=["port-not-number", "port-range", "public-without-token", "unknown-option", "no-command", "max-calls-zero"],
 )
 def test_serve_bad_options_exit_2(args: list[str]) -> None:
     command = [sys.executable, "-m", "stateful"] + (["serve", *args] if args else [])
