@@ -413,3 +413,18 @@ def test_a_cwd_with_nul_is_refused(call: Call, permissive: ToolContext) -> None:
     assert call("sys_terminal_launch", pair(cwd="a\0b"), context=permissive) == {
         "error": "launch failed: cwd override 'a\\x00b' is not a directory"
     }
+
+
+def test_override_refusals_come_in_omnigents_order(call: Call, tool_context: ToolContext, bash_spec: TerminalSpec) -> None:
+    only_cwd = replace(tool_context, terminals={"bash": replace(bash_spec, allow_cwd_override=True)})
+    assert call("sys_terminal_launch", pair(cwd="/", sandbox="none"), context=only_cwd)["error"].startswith(
+        "sandbox override is not allowed"
+    )
+    assert call("sys_terminal_launch", pair(cwd=5, sandbox="none"))["error"].startswith("cwd override is not allowed")
+    both = replace(tool_context, terminals={"bash": replace(bash_spec, allow_cwd_override=True, allow_sandbox_override=True)})
+    assert call("sys_terminal_launch", pair(cwd="/", sandbox="nope"), context=both)["error"].startswith(
+        "invalid sandbox override 'nope'"
+    )
+    assert call("sys_terminal_launch", pair(cwd=5, sandbox="none"), context=both) == {
+        "error": "'cwd' must be a string if provided"
+    }

@@ -101,15 +101,26 @@ def _type_problem(context: ToolContext, terminal: str, session: str, problem: st
     return problem if registered else _not_found(terminal, session)
 
 
-def _launch_cwd(terminal: str, spec: TerminalSpec, cwd: Any) -> str | None:
-    """The working directory a launch asks for (None: the spec's), or _Refusal."""
-    if cwd is None:
-        return None
-    if not spec.allow_cwd_override:
+def _check_overrides(terminal: str, spec: TerminalSpec, cwd: Any, sandbox: Any) -> None:
+    """Refuse overrides the spec does not allow, in omnigent's order (_Refusal)."""
+    if cwd is not None and not spec.allow_cwd_override:
         raise _Refusal(
             f"cwd override is not allowed for terminal {terminal!r} "
             "(set allow_cwd_override: true on the terminal spec to permit)"
         )
+    if sandbox is not None and not spec.allow_sandbox_override:
+        raise _Refusal(
+            f"sandbox override is not allowed for terminal {terminal!r} "
+            "(set allow_sandbox_override: true on the terminal spec to permit)"
+        )
+    if sandbox is not None and sandbox not in ("none", "linux_bwrap"):
+        raise _Refusal(f"invalid sandbox override {sandbox!r}; must be 'none' or 'linux_bwrap'")
+
+
+def _launch_cwd(spec: TerminalSpec, cwd: Any) -> str | None:
+    """The allowed working directory a launch asks for (None: the spec's), or _Refusal."""
+    if cwd is None:
+        return None
     if not isinstance(cwd, str):
         raise _Refusal("'cwd' must be a string if provided")
     if "\0" in cwd:
@@ -128,23 +139,6 @@ def _launch_cwd(terminal: str, spec: TerminalSpec, cwd: Any) -> str | None:
     return resolved
 
 
-def _check_sandbox(terminal: str, spec: TerminalSpec, sandbox: Any) -> None:
-    if sandbox is None:
-        return
-    if not spec.allow_sandbox_override:
-        raise _Refusal(
-            f"sandbox override is not allowed for terminal {terminal!r} "
-            "(set allow_sandbox_override: true on the terminal spec to permit)"
-        )
-    if sandbox not in ("none", "linux_bwrap"):
-        raise _Refusal(f"invalid sandbox override {sandbox!r}; must be 'none' or 'linux_bwrap'")
-    if sandbox != "none":
-        raise _Refusal(
-            f"launch failed: sandbox {sandbox!r} is not available in the reference stack "
-            "(it runs terminals without a sandbox); use 'none'"
-        )
-
-
 def sys_terminal_launch(arguments: str, context: ToolContext) -> str:
     """Start a declared terminal for this agent session (or report that it runs already)."""
     try:
@@ -153,8 +147,13 @@ def sys_terminal_launch(arguments: str, context: ToolContext) -> str:
         if spec is None:
             declared = sorted(context.terminals)
             raise _Refusal(f"unknown terminal {terminal!r}; declared: {declared!r}")
-        cwd = _launch_cwd(terminal, spec, args.get("cwd"))
-        _check_sandbox(terminal, spec, args.get("sandbox"))
+        _check_overrides(terminal, spec, args.get("cwd"), args.get("sandbox"))
+        cwd = _launch_cwd(spec, args.get("cwd"))
+        if args.get("sandbox") == "linux_bwrap":
+            raise _Refusal(
+                "launch failed: sandbox 'linux_bwrap' is not available in the reference stack "
+                "(it runs terminals without a sandbox); use 'none'"
+            )
     except _Refusal as refusal:
         return _error(refusal.error)
     try:
