@@ -508,10 +508,11 @@ def test_non_loopback_bind_requires_a_token() -> None:
 
 
 # -- python -m stateful serve ----------------------------------------------------------------------------
-def _serve(*args: str) -> subprocess.Popen[str]:
+def _serve(*args: str, tmpdir: str | None = None) -> subprocess.Popen[str]:
+    env = {**os.environ, **({"TMPDIR": tmpdir} if tmpdir else {})}
     return subprocess.Popen(
         [sys.executable, "-m", "stateful", "serve", *args],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
     )
 
 
@@ -540,6 +541,34 @@ def test_serve_prints_one_line_and_stops_on_sigterm() -> None:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
         assert process.stdout.read() == ""
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_serve_closes_its_terminals_on_sigint(terminal_leak_guard: str, terminal_pids: Callable[[str], list[int]]) -> None:
+    """The terminals of a served stack live under the run's leak-guarded temp root."""
+    process = _serve(tmpdir=terminal_leak_guard)
+    try:
+        assert process.stdout is not None
+        info = json.loads(process.stdout.readline())
+        with httpx.Client(base_url=info["server_url"], headers=HEADERS, timeout=30) as http:
+            model = unique_name("m")
+            launch = call("sys_terminal_launch", "l", json.dumps({"terminal": "bash", "session": "s"}))
+            configure_mock_llm(info["mock_llm_url"], [{"tool_calls": [launch]}, {"text": "ok"}], key=model)
+            name = register_inline_agent(
+                http, name=unique_name("served"), harness="openai-agents", model=model, profile="",
+                prompt="p", mock_llm_base_url=info["mock_llm_url"],
+            )
+            session_id = create_runner_bound_session(http, agent_name=name, runner_id=info["runner_id"])
+            assert run_turn(http, session_id)["status"] == "completed"
+            output = [i for i in session_items(http, session_id) if i["type"] == "function_call_output"][0]
+            socket_path = json.loads(output["output"])["tmux_socket"]
+        assert socket_path.startswith(terminal_leak_guard) and terminal_pids(socket_path)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0
+        assert terminal_pids(socket_path) == [] and not os.path.exists(socket_path)
     finally:
         if process.poll() is None:
             process.kill()
