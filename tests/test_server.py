@@ -573,3 +573,52 @@ def test_serve_closes_its_terminals_on_sigint(terminal_leak_guard: str, terminal
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+# -- the e2e plugin against an external server ------------------------------------------------------
+def test_e2e_options_must_come_together() -> None:
+    from stateful.e2e import external_target
+
+    class Config:
+        def __init__(self, **values: str | None) -> None:
+            self.values = values
+
+        def getoption(self, name: str, default: Any = None) -> Any:
+            return self.values.get(name, default)
+
+    assert external_target(Config()) is None
+    assert external_target(Config(**{"--server-url": "http://a/", "--mock-llm-url": "http://b", "--runner-id": "r"})) == (
+        "http://a", "http://b", "r"
+    )
+    with pytest.raises(pytest.UsageError, match="go together"):
+        external_target(Config(**{"--server-url": "http://a"}))
+
+
+def test_scenarios_run_unchanged_against_an_external_server(terminal_leak_guard: str) -> None:
+    """``--server-url/--mock-llm-url/--runner-id`` point the §6 fixtures at a server started elsewhere."""
+    process = _serve(tmpdir=terminal_leak_guard)
+    try:
+        assert process.stdout is not None
+        info = json.loads(process.stdout.readline())
+        done = subprocess.run(
+            [
+                sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                "tests/test_e2e_scenarios.py", "-k", "not leave_no_tmux",
+                "--server-url", info["server_url"], "--mock-llm-url", info["mock_llm_url"],
+                "--runner-id", info["runner_id"],
+            ],
+            cwd=REPO, capture_output=True, text=True, timeout=300,
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert "5 passed" in done.stdout
+        # The sessions were made on the external server, not on a stack of the inner run.
+        listed = httpx.get(f"{info['server_url']}/v1/sessions", params={"limit": 100}, headers=HEADERS).json()["data"]
+        assert len(listed) >= 5
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            assert process.wait(timeout=30) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
