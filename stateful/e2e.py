@@ -86,7 +86,12 @@ def agent_spec_yaml(
     *, name: str, harness: str, model: str, prompt: str, mock_llm_base_url: str,
     extra_config: Mapping[str, Any] | None = None,
 ) -> str:
-    """The §3 agent spec with a ``bash`` terminal; ``extra_config`` is deep-merged over it."""
+    """The §3 agent spec with a ``bash`` terminal; ``extra_config`` is deep-merged over it.
+
+    The shell skips the user's rc files (``--norc --noprofile``): a test's terminal must not depend on
+    what the machine's ``~/.bashrc`` does (here it runs ``pyenv init``, whose lock file, left behind by
+    a shell closed mid-startup, stalls every later shell for a minute).
+    """
     spec: dict[str, Any] = {
         "name": name,
         "prompt": prompt,
@@ -97,7 +102,11 @@ def agent_spec_yaml(
         },
         "os_env": {"type": "caller_process", "cwd": ".", "sandbox": {"type": "none"}},
         "terminals": {
-            "bash": {"command": "bash", "os_env": {"type": "caller_process", "sandbox": {"type": "none"}}}
+            "bash": {
+                "command": "bash",
+                "args": ["--norc", "--noprofile"],
+                "os_env": {"type": "caller_process", "sandbox": {"type": "none"}},
+            }
         },
     }
     if extra_config:

@@ -118,7 +118,7 @@ def test_full_workflow_launch_send_read_list_close_list(agent: Agent, http_clien
     agent.read_until("bash", "work", lambda screen: expected in screen, expected)
     rows = [row for row in listed if (row["terminal"], row["session"]) == ("bash", "work")]
     assert len(rows) == 1
-    assert rows[0]["running"] is True and rows[0]["command"] == "bash"
+    assert rows[0]["running"] is True and rows[0]["command"] == "bash --norc --noprofile"
     assert rows[0]["tmux_socket"] == launched["tmux_socket"] and rows[0]["has_os_env"] is True
     resources = http_client.get(f"/v1/sessions/{agent.session_id}/resources/terminals").json()["data"]
     assert any(r.get("terminal") == "bash" and r.get("session") == "work" for r in resources)
