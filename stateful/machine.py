@@ -543,9 +543,10 @@ class TerminalMachine(RuleBasedStateMachine):
             event("exit: not a live shell")
             return
         a, p, shell = live
-        self._type(a, pair, [{"text": "exit"}], gen.Decoration(), read_after=False)
+        # Exiting from now on: the exit (and its deleted event) may happen before the send returns.
         shell.exited = True
         a.model = a.model._with_pair(replace(p, life=Life.EXITING))
+        self._type(a, pair, [{"text": "exit"}], gen.Decoration(), read_after=False)
         steps: list[list[Call]] = []
         for what in window:
             steps.append({"list": self._list_step(), "read": [self._read(pair)],
@@ -631,6 +632,27 @@ class TerminalMachine(RuleBasedStateMachine):
         if tool == SEND:
             args.update(text="", keys="")
         self._turn(a, [[_call(tool, args, deco)]])
+
+    @rule(pair=pairs, variant=st.sampled_from(("prefix", "extended", "swapcase", "padded", "other-terminal")),
+          tool=st.sampled_from((SEND, READ, CLOSE, LAUNCH)))
+    def near_name(self, pair: PairRef, variant: str, tool: str) -> None:
+        """A name next to a known one (a prefix, an extension, another case, spaces, the other
+        terminal): names are exact dictionary keys, never matched like tmux targets."""
+        name, terminal = pair.session, pair.terminal
+        if variant == "prefix":
+            name = name[:-1] or name + name
+        elif variant == "extended":
+            name = name + "x"
+        elif variant == "swapcase":
+            name = name.swapcase() if name.swapcase() != name else name + "A"
+        elif variant == "padded":
+            name = f" {name} "
+        else:
+            terminal = next(t for t in DECLARED if t != terminal)
+        ref = PairRef(pair.agent, terminal, name)
+        args = _pair_args(ref, text="", keys="") if tool == SEND else _pair_args(ref)
+        a = self._agent(pair.agent)
+        self._turn(a, [[_call(tool, args)], self._list_step()] if tool in (LAUNCH, CLOSE) else [[_call(tool, args)]])
 
     @rule(agent=AGENT, tool=st.sampled_from((SEND, READ, CLOSE, LAUNCH)))
     def server_made(self, agent: int, tool: str) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import threading
 import uuid
+from pathlib import Path
 from collections.abc import Mapping, Sequence
 
 from stateful.model import Call, EventView
@@ -24,8 +25,10 @@ from stateful.targets.base import AgentSession, Step, StepTimeout, Target
 
 __all__ = ["DirectTarget", "DECLARED_SPECS", "SERVER_MADE"]
 
+BASHRC = str(Path(__file__).with_name("bashrc"))
+"""The ``bash`` terminal's rc file: a realistic prompt, without the machine's own ~/.bashrc."""
 DECLARED_SPECS: dict[str, TerminalSpec] = {
-    "bash": TerminalSpec(name="bash", command="bash"),
+    "bash": TerminalSpec(name="bash", command="bash", args=("--noprofile", "--rcfile", BASHRC)),
     "sh": TerminalSpec(name="sh", command="bash", args=("--norc", "--noprofile")),
 }
 SERVER_MADE = TerminalSpec(name="tui", command="bash", args=("--norc", "--noprofile"))

@@ -34,9 +34,13 @@ from stateful.e2e import (
 from stateful.model import ContractViolation, EventView
 from stateful.reference.bundle import build_bundle
 from stateful.targets.base import AgentSession, Step, StepTimeout, Target, TargetError
+from stateful.targets.direct import BASHRC
 
 __all__ = ["SessionsTarget", "SH_TERMINAL"]
 
+BASH_TERMINAL = {"command": "bash", "args": ["--noprofile", "--rcfile", BASHRC]}
+"""The ``bash`` terminal with the project's rc file (on a remote server a missing file is only warned
+about by bash, which then starts without one)."""
 SH_TERMINAL = {"command": "bash", "args": ["--norc", "--noprofile"],
                "os_env": {"type": "caller_process", "sandbox": {"type": "none"}}}
 """The second declared terminal: bash without rc files (the first, ``bash``, reads them)."""
@@ -191,13 +195,14 @@ class SessionsTarget(Target):
         self.mock_llm_url = mock_llm_url
         self.runner_id = runner_id
         self.client = httpx.Client(base_url=server_url, headers=HEADERS, timeout=60.0)
-        self.declared: Mapping[str, str] = {"bash": "bash", "sh": "bash --norc --noprofile"}
+        self.declared: Mapping[str, str] = {"bash": f"bash --noprofile --rcfile {BASHRC}",
+                                            "sh": "bash --norc --noprofile"}
 
     def open_session(self) -> HttpSession:
         name = unique_name("stateful")
         model = unique_name("stateful-model")
         text = agent_spec_yaml(name=name, harness=HARNESS, model=model, prompt="You are a terminal test assistant.",
-                               mock_llm_base_url=self.mock_llm_url, extra_config={"terminals": {"sh": SH_TERMINAL}})
+                               mock_llm_base_url=self.mock_llm_url, extra_config={"terminals": {"bash": BASH_TERMINAL, "sh": SH_TERMINAL}})
         reply = self.client.post("/v1/sessions", data={"metadata": "{}"},
                                  files={"bundle": (f"{name}.tar.gz", build_bundle(name, text), "application/gzip")})
         if reply.status_code != 201:

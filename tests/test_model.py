@@ -1,0 +1,301 @@
+"""The pure model (stateful/model.py): strict where the contract says must, tolerant where it says may."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from stateful.model import (
+    Call,
+    ContractViolation,
+    EventView,
+    Ledger,
+    Life,
+    SessionModel,
+    initial_model,
+    judge,
+    judge_step,
+    reconcile_events,
+    resource_base_id,
+)
+
+EMPTY = SessionModel(declared=("bash", "sh"))
+ROWS = "\n" * 24
+
+
+def c(tool: str, raw: str | None = None, **args: Any) -> Call:
+    return Call(f"sys_terminal_{tool}", raw if raw is not None else json.dumps(args))
+
+
+def out(value: Any) -> str:
+    return json.dumps(value)
+
+
+def launched(t: str, s: str, sock: str, status: str = "launched") -> str:
+    return out({"terminal": t, "session": s, "tmux_socket": sock, "has_os_env": True, "status": status})
+
+
+def entry(t: str, s: str, sock: str, running: bool = True, command: str = "bash") -> dict[str, Any]:
+    return {"terminal": t, "session": s, "command": command, "running": running, "has_os_env": True, "tmux_socket": sock}
+
+
+def nf(t: str, s: str) -> str:
+    return out({"error": f"terminal '{t}:{s}' not found or not running"})
+
+
+def with_pair(model: SessionModel = EMPTY, t: str = "bash", s: str = "a", sock: str = "/s/a") -> SessionModel:
+    return judge(model, c("launch", terminal=t, session=s), launched(t, s, sock)).model
+
+
+def violates(model: SessionModel, call: Call, output: str) -> None:
+    with pytest.raises(ContractViolation):
+        judge(model, call, output)
+
+
+# --- argument errors ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("raw", ["", " ", "{", '{"terminal": "bash",}'])
+def test_malformed_gives_the_malformed_error_or_what_empty_object_gives(raw: str) -> None:
+    assert judge(EMPTY, c("send", raw), out({"error": "malformed JSON arguments"})).label.endswith("-> error")
+    j = judge(EMPTY, c("send", raw), out({"error": "requires a non-empty 'terminal' string"}))
+    assert j.label == "send: malformed arguments -> as {}"
+    assert judge(EMPTY, c("list", raw), out([])).label == "list: malformed arguments -> as {}"
+    violates(EMPTY, c("send", raw), out({"error": "arguments must be a JSON object"}))
+
+
+@pytest.mark.parametrize("raw", ["[]", "null", "1", '"x"'])
+def test_non_object_arguments(raw: str) -> None:
+    judge(EMPTY, c("read", raw), out({"error": "arguments must be a JSON object"}))
+    violates(EMPTY, c("read", raw), out({"error": "malformed JSON arguments"}))
+
+
+def test_common_errors_in_their_order() -> None:
+    both_bad = c("read", terminal="", session=1)
+    judge(EMPTY, both_bad, out({"error": "requires a non-empty 'terminal' string"}))
+    violates(EMPTY, both_bad, out({"error": "requires a non-empty 'session' string"}))
+    judge(EMPTY, c("close", terminal="bash"), out({"error": "requires a non-empty 'session' string"}))
+    # list takes no terminal: other keys are ignored
+    judge(EMPTY, c("list", terminal=""), out([]))
+
+
+def test_extra_keys_change_nothing() -> None:
+    m = with_pair()
+    judge(m, c("send", terminal="bash", session="a", text="x", Terminal=5, keys="Enter"), out({"status": "sent"}))
+
+
+# --- launch ---------------------------------------------------------------------------------------
+
+def test_launch_then_already_running_with_the_same_socket() -> None:
+    m = with_pair()
+    assert judge(m, c("launch", terminal="bash", session="a"), launched("bash", "a", "/s/a", "already_running")).label \
+        == "launch: already_running"
+    violates(m, c("launch", terminal="bash", session="a"), launched("bash", "a", "/s/other", "already_running"))
+    violates(m, c("launch", terminal="bash", session="a"), launched("bash", "a", "/s/b"))
+    violates(EMPTY, c("launch", terminal="bash", session="a"), launched("bash", "a", "/s/a", "already_running"))
+
+
+def test_launch_output_is_exact() -> None:
+    bad = json.loads(launched("bash", "a", "/s/a"))
+    for change in ({"has_os_env": False}, {"session": "b"}, {"extra": 1}, {"tmux_socket": ""}):
+        violates(EMPTY, c("launch", terminal="bash", session="a"), out({**bad, **change}))
+
+
+def test_unknown_terminal_error_accepts_both_quotings() -> None:
+    call = c("launch", terminal="it's", session="a")
+    judge(EMPTY, call, out({"error": "unknown terminal 'it's'; declared: ['bash', 'sh']"}))
+    judge(EMPTY, call, out({"error": "unknown terminal \"it's\"; declared: ['bash', 'sh']"}))
+    violates(EMPTY, call, out({"error": "unknown terminal 'it's'; declared: ['sh', 'bash']"}))
+
+
+def test_a_new_pair_may_not_reuse_a_live_socket() -> None:
+    violates(with_pair(), c("launch", terminal="sh", session="a"), launched("sh", "a", "/s/a"))
+
+
+def test_cwd_override_is_refused() -> None:
+    judge(EMPTY, c("launch", terminal="bash", session="a", cwd="/tmp"), out({"error": "cwd override is not allowed"}))
+    violates(EMPTY, c("launch", terminal="bash", session="a", cwd="/tmp"), launched("bash", "a", "/s/a"))
+
+
+def test_concurrent_launches_start_one_process() -> None:
+    call = c("launch", terminal="bash", session="a")
+    ok = [launched("bash", "a", "/s/a", "already_running"), launched("bash", "a", "/s/a"),
+          launched("bash", "a", "/s/a", "already_running")]
+    js = judge_step(EMPTY, [call] * 3, ok)
+    assert len(js[0].model.pairs) == 1
+    with pytest.raises(ContractViolation, match="no sequential order"):
+        judge_step(EMPTY, [call] * 2, [launched("bash", "a", "/s/a"), launched("bash", "a", "/s/b")])
+    with pytest.raises(ContractViolation):
+        judge_step(EMPTY, [call] * 2, [launched("bash", "a", "/s/a"), launched("bash", "a", "/s/b", "already_running")])
+
+
+def test_concurrent_list_may_see_a_launch_or_not() -> None:
+    launch = c("launch", terminal="bash", session="a")
+    for listing in ([], [entry("bash", "a", "/s/a")]):
+        judge_step(EMPTY, [c("list"), launch], [out(listing), launched("bash", "a", "/s/a")])
+
+
+# --- send / read ----------------------------------------------------------------------------------
+
+def test_send_statuses() -> None:
+    m = with_pair()
+    judge(m, c("send", terminal="bash", session="a", text="x"), out({"status": "sent"}))
+    judge(EMPTY, c("send", terminal="bash", session="a", text="x"), nf("bash", "a"))
+    judge(m, c("send", terminal="tui", session="a", text="x"), nf("tui", "a"))
+    violates(m, c("send", terminal="bash", session="a", text="x"), nf("bash", "a"))
+    violates(m, c("send", terminal="bash", session="a", text="x"),
+             out({"error": "Terminal bash:a is no longer running (tmux server exited)"}))
+
+
+def test_send_unknown_key_may_error_or_be_typed() -> None:
+    m = with_pair()
+    judge(m, c("send", terminal="bash", session="a", keys="NoSuchKey"), out({"error": "unknown key: NoSuchKey"}))
+    judge(m, c("send", terminal="bash", session="a", keys="NoSuchKey"), out({"status": "sent"}))
+    violates(m, c("send", terminal="bash", session="a", keys="Enter"), out({"error": "unknown key"}))
+
+
+def test_send_type_errors_in_any_order_with_not_found() -> None:
+    m = with_pair()
+    both = c("send", terminal="bash", session="a", text=1, keys=None)
+    judge(m, both, out({"error": "'text' must be a string if provided"}))
+    judge(m, both, out({"error": "'keys' must be a string if provided"}))
+    violates(m, both, out({"status": "sent"}))
+    judge(m, c("send", terminal="bash", session="a", text=None), out({"status": "sent"}))
+    unknown = c("send", terminal="bash", session="b", text=1)
+    judge(m, unknown, nf("bash", "b"))
+    judge(m, unknown, out({"error": "'text' must be a string if provided"}))
+
+
+def test_exiting_pair_tolerance() -> None:
+    m = with_pair()
+    exiting = m._with_pair(replace(m.pairs[0], life=Life.EXITING))
+    send = c("send", terminal="bash", session="a", text="")
+    assert judge(exiting, send, out({"status": "sent"})).model.pairs[0].life is Life.EXITING
+    gone = out({"error": "Terminal bash:a is no longer running (tmux server exited)"})
+    dead = judge(exiting, send, gone).model
+    assert dead.pairs[0].life is Life.DEAD
+    violates(dead, send, out({"status": "sent"}))
+    judge(dead, send, nf("bash", "a"))
+    # list: running true/false or gone while exiting; once dead, not running
+    judge(exiting, c("list"), out([entry("bash", "a", "/s/a", running=True)]))
+    judge(exiting, c("list"), out([entry("bash", "a", "/s/a", running=False)]))
+    after = judge(exiting, c("list"), out([])).model
+    assert after.pairs == () and 0 in after.ended
+    violates(dead, c("list"), out([entry("bash", "a", "/s/a", running=True)]))
+    # relaunch of the exited pair
+    again = judge(dead, c("launch", terminal="bash", session="a"), launched("bash", "a", "/s/new"))
+    assert again.model.pairs[0].life is Life.ALIVE and 0 in again.model.ended
+    violates(dead, c("launch", terminal="bash", session="a"), launched("bash", "a", "/s/a", "already_running"))
+    judge(exiting, c("launch", terminal="bash", session="a"), launched("bash", "a", "/s/a", "already_running"))
+
+
+def _read(screen: str, lines: int = 0, t: str = "bash", s: str = "a") -> str:
+    return out({"terminal": f"{t}:{s}", "screen": screen, "scrollback_lines": lines})
+
+
+def test_read_result_shape() -> None:
+    m = with_pair()
+    call = c("read", terminal="bash", session="a", scrollback=0)
+    judge(m, call, _read(ROWS))
+    violates(m, call, _read(ROWS + "\n"))  # more rows than scrollback 0 allows
+    violates(m, call, _read("\n" * 23))
+    violates(m, call, _read(ROWS[:-1] + "x"))  # last row without \\n
+    violates(m, call, _read("\x1b[1m" + ROWS))
+    violates(m, call, _read("x" * 81 + ROWS[1:]))
+    violates(m, call, _read(ROWS, lines=5))
+    judge(m, c("read", terminal="bash", session="a", scrollback=5), _read("\n" * 29, lines=5))
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, 2.0, "10", True, False, None, []])
+def test_read_scrollback_must_be_a_non_negative_integer(bad: Any) -> None:
+    m = with_pair()
+    call = c("read", terminal="bash", session="a", scrollback=bad)
+    judge(m, call, out({"error": "'scrollback' must be a non-negative integer"}))
+    violates(m, call, _read(ROWS, lines=1))
+
+
+# --- list / close ---------------------------------------------------------------------------------
+
+def test_list_is_baseline_plus_launched_in_launch_order() -> None:
+    base = initial_model(("bash", "sh"), out([entry("tui", "main", "/s/t")]))
+    m = with_pair(with_pair(base, s="z", sock="/s/z"), s="a", sock="/s/a")
+    tui = entry("tui", "main", "/s/t")
+    judge(m, c("list"), out([tui, entry("bash", "z", "/s/z"), entry("bash", "a", "/s/a")]))
+    for wrong in ([tui, entry("bash", "a", "/s/a"), entry("bash", "z", "/s/z")],
+                  [entry("bash", "z", "/s/z"), entry("bash", "a", "/s/a")],
+                  [tui, entry("bash", "z", "/s/z")],
+                  [tui, entry("bash", "z", "/s/z"), entry("bash", "a", "/s/other")],
+                  [tui, entry("bash", "z", "/s/z"), entry("bash", "a", "/s/a", running=False)],
+                  [tui, entry("bash", "z", "/s/z"), entry("bash", "a", "/s/a"), entry("sh", "x", "/s/x")]):
+        violates(m, c("list"), out(wrong))
+    typed = entry("bash", "z", "/s/z")
+    typed["running"] = 1
+    violates(m, c("list"), out([tui, typed, entry("bash", "a", "/s/a")]))
+
+
+def test_list_command_stays_the_same() -> None:
+    m = with_pair()
+    m = judge(m, c("list"), out([entry("bash", "a", "/s/a", command="bash")])).model
+    violates(m, c("list"), out([entry("bash", "a", "/s/a", command="zsh")]))
+
+
+def test_close() -> None:
+    m = with_pair()
+    closed = judge(m, c("close", terminal="bash", session="a"),
+                   out({"terminal": "bash", "session": "a", "status": "closed"})).model
+    assert closed.pairs == () and closed.ended == {0}
+    violates(m, c("close", terminal="bash", session="a"), out({"terminal": "bash", "session": "a", "status": "not_found"}))
+    judge(closed, c("close", terminal="bash", session="a"), out({"terminal": "bash", "session": "a", "status": "not_found"}))
+    judge(m, c("close", terminal="tui", session="a"), out({"terminal": "tui", "session": "a", "status": "not_found"}))
+
+
+def test_baseline_must_not_hold_declared_pairs() -> None:
+    with pytest.raises(ContractViolation):
+        initial_model(("bash",), out([entry("bash", "x", "/s/x")]))
+
+
+# --- resource events ------------------------------------------------------------------------------
+
+def test_resource_base_id() -> None:
+    assert resource_base_id("bash", "a b") == "terminal_bash_a_b"
+    assert resource_base_id("bash", "a:b") == "terminal_bash_a_b"
+    assert resource_base_id("bash", "é") == "terminal_bash_resource"
+    assert resource_base_id("bash", "-x.y") == "terminal_bash_-x.y"
+    assert resource_base_id("bash", "__a__") == "terminal_bash_a"
+
+
+def test_events_created_deleted_and_unique_ids() -> None:
+    m = with_pair(with_pair(s="a b", sock="/s/1"), s="a:b", sock="/s/2")
+    created = [EventView("session.resource.created", "terminal_bash_a_b", "bash", "a b"),
+               EventView("session.resource.created", "terminal_bash_a_b_2", "bash", "a:b")]
+    rec = reconcile_events(m, Ledger(), created)
+    assert not rec.missing
+    with pytest.raises(ContractViolation, match="unique"):
+        reconcile_events(m, Ledger(), [created[0], replace(created[1], resource_id="terminal_bash_a_b")])
+    with pytest.raises(ContractViolation, match="alive"):
+        reconcile_events(m, Ledger(), [*created, EventView("session.resource.deleted", "terminal_bash_a_b", "bash", "a b")])
+    assert reconcile_events(m, Ledger(), created[:1]).missing
+    closed = judge(m, c("close", terminal="bash", session="a b"),
+                   out({"terminal": "bash", "session": "a b", "status": "closed"})).model
+    assert reconcile_events(closed, rec.ledger, created).missing
+    done = reconcile_events(closed, rec.ledger, [*created, EventView("session.resource.deleted", "terminal_bash_a_b")])
+    assert not done.missing
+    with pytest.raises(ContractViolation):
+        reconcile_events(closed, done.ledger, [*created, EventView("session.resource.deleted", "terminal_bash_a_b"),
+                                               EventView("session.resource.deleted", "terminal_bash_a_b")])
+
+
+def test_events_of_the_baseline_are_ignored() -> None:
+    base = initial_model(("bash",), out([entry("tui", "main", "/s/t")]))
+    rec = reconcile_events(base, Ledger(), [EventView("session.resource.created", "terminal_tui_main", "tui", "main")])
+    assert not rec.missing and rec.ledger.ignored == 1
+
+
+def test_a_wrong_resource_id_is_a_violation() -> None:
+    m = with_pair(s="a b")
+    with pytest.raises(ContractViolation):
+        reconcile_events(m, Ledger(), [EventView("session.resource.created", "terminal_bash_a b", "bash", "a b")])
+    with pytest.raises(ContractViolation):
+        reconcile_events(m, Ledger(), [EventView("session.resource.created", "terminal_bash_a_b_1", "bash", "a b")])

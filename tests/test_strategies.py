@@ -1,0 +1,129 @@
+"""Generation (stateful/strategies.py) and the marker/screen helpers (stateful/checks.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import subprocess
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from stateful import checks
+from stateful import strategies as gen
+from stateful.model import Call, SessionModel, judge
+
+FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@FAST
+@given(cmd=st.text(min_size=1, max_size=60), plan=gen.send_plans())
+def test_split_command_types_the_command_once_then_submits(cmd: str, plan: gen.SendPlan) -> None:
+    sends = gen.split_command(cmd, plan)
+    typed = "".join(s.get("text") or "" for s in sends)
+    presses = [s.get("keys", "Enter") for s in sends]
+    if plan.finish == "newline":
+        assert typed == cmd + "\n" and all(k == "" for k in presses)
+    else:
+        assert typed == cmd
+        assert [k for k in presses if k] == (["C-m"] if plan.finish == "C-m" else ["Enter"])
+        assert presses[-1] != ""
+    assert all(s.get("text") != "" for s in sends[:-1])
+
+
+def test_split_command_reaches_the_edges() -> None:
+    cmd = "echo -E x; printf %s 'Enter\\;'"
+    chunks = {s["text"] for i in range(12) for s in gen.split_command(cmd, gen.SendPlan((gen.Cut(True, i),)))}
+    assert any(c.startswith("-") for c in chunks)
+    assert any(c.endswith(";") for c in chunks)
+    assert any(c.endswith("Enter") or c.startswith("Enter") for c in chunks)
+
+
+@FAST
+@given(args=st.dictionaries(st.sampled_from(sorted(gen.NAMED_KEYS)), st.text(max_size=5)), deco=gen.decorations())
+def test_encode_keeps_the_arguments_and_adds_only_unnamed_keys(args: dict[str, str], deco: gen.Decoration) -> None:
+    decoded = json.loads(gen.encode(args, deco))
+    assert {k: decoded[k] for k in args} == args
+    assert not (set(decoded) - set(args)) & gen.NAMED_KEYS
+
+
+@FAST
+@given(bad=gen.bad_calls(), name=gen.session_names())
+def test_bad_calls_are_errors_for_the_model(bad: gen.BadCall, name: str) -> None:
+    """Whatever a bad call targets, the model expects an error (never a state change)."""
+    model = SessionModel(declared=("bash", "sh"))
+    raw = gen.bad_arguments(bad, "bash", name)
+    expected_any_error = '{"error": "x"}'
+    call = Call(bad.tool, raw)
+    if bad.tool == "sys_terminal_list":
+        # a malformed string may be read as {} by a harness: then the list is the answer
+        judge(model, call, '{"error": "malformed JSON arguments"}' if bad.raw not in gen.NON_OBJECT
+              else '{"error": "arguments must be a JSON object"}')
+        return
+    try:
+        j = judge(model, call, expected_any_error)
+    except AssertionError:
+        return  # a specific error string is required: fine, it is an error
+    assert j.model == model
+
+
+@settings(max_examples=40, deadline=None)
+@given(payload=gen.payloads())
+def test_shell_payload_command_prints_the_md5_token(payload: str) -> None:
+    cmd, token = checks.shell_payload("u1", payload)
+    result = subprocess.run(["bash", "--norc", "--noprofile", "-c", cmd], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == token
+    assert token not in cmd
+
+
+@settings(max_examples=40, deadline=None)
+@given(payload=gen.payloads())
+def test_python_payload_command_prints_the_md5_token(payload: str) -> None:
+    cmd, token = checks.python_payload("u1", payload)
+    assert "\n" not in cmd  # one REPL line
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        exec(cmd, {})  # noqa: S102 - our own generated print() expression
+    assert buffer.getvalue().strip() == token
+    assert token not in cmd
+
+
+def test_markers_prove_output_not_the_typed_line() -> None:
+    for cmd, token in (checks.shell_marker("u9"), checks.python_marker("u9")):
+        assert token not in cmd
+        assert not checks.tokens_in(cmd)
+    out = subprocess.run(["bash", "--norc", "--noprofile", "-c", checks.shell_marker("u9", semicolon=True)[0]],
+                         capture_output=True, text=True, check=True).stdout
+    assert checks.tokens_in(out) == [("MK_42_u9", "u9")]
+
+
+def test_tokens_are_exact() -> None:
+    screen = "MK_42_u12\nxMK_42_u1\nH_" + "a" * 32 + "_u3\nRP_42_u4 \n"
+    assert checks.tokens_in(screen) == [("MK_42_u12", "u12"), ("H_" + "a" * 32 + "_u3", "u3"), ("RP_42_u4", "u4")]
+    assert checks.has_token(screen, "MK_42_u12") and not checks.has_token(screen, "MK_42_u1")
+
+
+def test_prompt_follows_and_last_row() -> None:
+    assert checks.prompt_follows("$ echo\nMK_42_u1\n$ \n\n", "MK_42_u1")
+    assert not checks.prompt_follows("$ echo\nMK_42_u1\n\n\n", "MK_42_u1")
+    assert checks.last_row(">>> 1\n1\n>>> \n\n") == ">>>"
+    assert checks.rows_after(">>> exit()\n$ \n", ">>> exit()") == ["$", ""]
+
+
+def test_view_problem() -> None:
+    ids = {("bash", "a"): "terminal_bash_a"}
+    good = [{"id": "terminal_bash_a", "terminal": "bash", "session": "a"}]
+    assert checks.view_problem(good, [("bash", "a")], ids) is None
+    assert checks.view_problem([{"id": "terminal_bash_a"}], [("bash", "a")], ids) is None
+    assert checks.view_problem([], [("bash", "a")], ids)
+    assert checks.view_problem(good + good, [("bash", "a")], ids)
+    assert checks.view_problem([{"id": "x", "terminal": "bash", "session": "a"}], [("bash", "a")], ids)
+    assert checks.view_problem([{"id": "t", "terminal": "tui", "session": "m"}, *good], [("bash", "a")], ids,
+                               optional=[("tui", "m")]) is None
+
+
+@FAST
+@given(name=gen.session_names())
+def test_session_names_are_valid(name: str) -> None:
+    assert isinstance(name, str) and name
