@@ -51,6 +51,8 @@ DECLARED = ("bash", "sh")
 LAUNCH, SEND, READ, LIST, CLOSE = (f"sys_terminal_{t}" for t in ("launch", "send", "read", "list", "close"))
 LONG_LINE = 3500
 """Bytes above which a line is only typed while the program is known to be reading (kernel: 4095)."""
+PICK = st.integers(0, 7)
+"""One of the pairs a rule applies to, as an index modulo their number (see ``_eligible``)."""
 AGENT = st.integers(0, 2)
 """An agent session, as an index modulo the number open."""
 HISTORY_ROWS = 8000
@@ -268,7 +270,7 @@ class TerminalMachine(RuleBasedStateMachine):
                 continue
             self._await_gone(agent, number, shell)
 
-    def _await_gone(self, agent: Agent, number: int, shell: Shell) -> None:
+    def _await_gone(self, agent: Agent, number: int, shell: Shell, why: str = "was closed") -> None:
         inst = agent.model.instances[number]
         start = time.monotonic()
         while True:
@@ -280,7 +282,7 @@ class TerminalMachine(RuleBasedStateMachine):
                 return
             if time.monotonic() - start > self.cfg.poll_deadline:
                 raise ContractViolation(
-                    f"{inst.terminal}:{inst.session!r} (agent {agent.index}) was closed, but "
+                    f"{inst.terminal}:{inst.session!r} (agent {agent.index}) {why}, but "
                     + ("its tmux server at " + shell.socket + " still runs" if alive else "")
                     + (" and " if alive and left else "") + (f"processes {left} are left" if left else ""))
             time.sleep(0.05)
@@ -368,6 +370,20 @@ class TerminalMachine(RuleBasedStateMachine):
         cmd, token = checks.shell_marker(uid) if shell.mode == "shell" else checks.python_marker(uid)
         self._run_command(agent, ref, shell, cmd, token, gen.SendPlan(), gen.Decoration(), "sync")
 
+    def _eligible(self, mode: str, terminal: str | None = None) -> list[PairRef]:
+        """Live pairs whose program is in ``mode`` (a deterministic function of the rules run so far)."""
+        refs = []
+        for a in self.live:
+            for p in a.model.alive():
+                shell = a.shells.get(p.instance)
+                if shell is not None and shell.mode == mode and terminal in (None, p.terminal):
+                    refs.append(PairRef(a.index, p.terminal, p.session))
+        return refs
+
+    def _pick(self, index: int, mode: str, terminal: str | None = None) -> PairRef:
+        refs = self._eligible(mode, terminal)
+        return refs[index % len(refs)]
+
     def _live_shell(self, ref: PairRef) -> tuple[Agent, PairState, Shell] | None:
         agent, pair, shell = self._pair(ref)
         if pair is None or pair.life is not Life.ALIVE or shell is None:
@@ -452,7 +468,7 @@ class TerminalMachine(RuleBasedStateMachine):
     def _payload(self, pair: PairRef, payload: str, plan: gen.SendPlan, deco: gen.Decoration) -> None:
         live = self._live_shell(pair)
         if live is None:
-            event("payload: pair not running")
+            self._type(self._agent(pair.agent), pair, [{"text": payload[:200]}], deco, read_after=False)
             return
         a, _, shell = live
         uid = checks.new_uid()
@@ -498,9 +514,11 @@ class TerminalMachine(RuleBasedStateMachine):
         self._turn(a, [[_call(LIST, {}, deco)]])
         self._check_view(a)
 
-    @rule(pair=pairs)
-    def scroll(self, pair: PairRef) -> None:
+    @precondition(lambda self: bool(self._eligible("shell")))
+    @rule(index=PICK)
+    def scroll(self, index: int) -> None:
         """Print more than a screen: old markers leave the visible rows but stay in the history."""
+        pair = self._pick(index, "shell")
         live = self._live_shell(pair)
         if live is None or live[2].mode != "shell":
             event("scroll: not a live shell")
@@ -533,11 +551,13 @@ class TerminalMachine(RuleBasedStateMachine):
         self._turn(a, [[_call(CLOSE, _pair_args(pair), deco)], self._list_step()])
         self._check_view(a)
 
-    @rule(pair=pairs, window=st.lists(st.sampled_from(("list", "read", "send", "close")), max_size=3),
+    @precondition(lambda self: bool(self._eligible("shell")))
+    @rule(index=PICK, window=st.lists(st.sampled_from(("list", "read", "send", "close")), max_size=3),
           relaunch=st.sampled_from(("no", "after-removal", "quick")))
-    def exit_shell(self, pair: PairRef, window: list[str], relaunch: str) -> None:
+    def exit_shell(self, index: int, window: list[str], relaunch: str) -> None:
         """``exit`` in the shell: until the server notices, list/send/read/close may see it either way;
         then it must be removed (polled); then, optionally, launched again."""
+        pair = self._pick(index, "shell")
         live = self._live_shell(pair)
         if live is None or live[2].mode != "shell":
             event("exit: not a live shell")
@@ -580,9 +600,11 @@ class TerminalMachine(RuleBasedStateMachine):
 
     # -- rules: an interactive program ---------------------------------------------------------------
 
-    @rule(pair=pairs)
-    def repl_start(self, pair: PairRef) -> None:
+    @precondition(lambda self: bool(self._eligible("shell", "bash")))
+    @rule(index=PICK)
+    def repl_start(self, index: int) -> None:
         """Start python3 in a bash pair; type nothing until its ``>>>`` prompt shows."""
+        pair = self._pick(index, "shell", "bash")
         live = self._live_shell(pair)
         if live is None or live[2].mode != "shell" or pair.terminal != "bash":
             event("repl: not a live bash shell")
@@ -600,9 +622,11 @@ class TerminalMachine(RuleBasedStateMachine):
         cmd, token = checks.python_marker(uid)
         self._run_command(a, pair, shell, cmd, token, gen.SendPlan(), gen.Decoration(), "repl")
 
-    @rule(pair=pairs)
-    def repl_exit(self, pair: PairRef) -> None:
+    @precondition(lambda self: bool(self._eligible("python")))
+    @rule(index=PICK)
+    def repl_exit(self, index: int) -> None:
         """``exit()``: wait for the shell's prompt (a REPL may swallow type-ahead), then a marker."""
+        pair = self._pick(index, "python")
         live = self._live_shell(pair)
         if live is None or live[2].mode != "python":
             event("repl: no REPL running")
@@ -698,32 +722,39 @@ class TerminalMachine(RuleBasedStateMachine):
         self.busy = False
 
     def teardown(self) -> None:
-        """Close everything (checked), delete the sessions, and prove nothing is left (probe)."""
-        clean = not self.busy
-        errors: list[str] = []
-        for a in self.live:
-            try:
-                if clean and a.model.pairs:
+        """Close everything (checked), delete the sessions, and prove nothing is left (probe).
+
+        Odd-numbered agent sessions are not closed pair by pair: their DELETE must close them (§2.9).
+        After a failed rule this only cleans up, so that the rule's failure is the one reported.
+        """
+        if self.busy:
+            self._cleanup()
+            return
+        try:
+            for a in self.live:
+                if a.index % 2 == 0 and a.model.pairs:
                     step = [_call(CLOSE, _pair_args(PairRef(a.index, p.terminal, p.session))) for p in a.model.pairs]
                     self._turn(a, [step, self._list_step()])
                     if a.model.pairs:
                         raise ContractViolation(f"agent {a.index}: pairs left after closing all: {describe(a.model)}")
-            except Exception:
-                if clean:
-                    self._cleanup()
-                    raise
-            finally:
-                try:
-                    a.session.delete()
-                except Exception as exc:  # report, but keep cleaning the others
-                    errors.append(f"deleting agent {a.index}: {exc}")
-        if clean:
-            for a in self.live:
-                for number, shell in a.shells.items():
-                    if shell.processes and self.probing and not shell.exited:
-                        self._await_gone(a, number, shell)
-            if errors:
-                raise AssertionError("; ".join(errors))
+        except BaseException:
+            self._cleanup()
+            raise
+        errors = []
+        for a in self.live:
+            try:
+                a.session.delete()
+            except Exception as exc:  # report, but keep cleaning the others
+                errors.append(f"deleting agent {a.index}: {exc}")
+            if a.index % 2 == 1:
+                event(f"teardown: DELETE closes {min(len(a.model.pairs), 3)} pairs")
+        for a in self.live:
+            why = "its session was deleted" if a.index % 2 == 1 else "was closed"
+            for number, shell in a.shells.items():
+                if shell.processes and self.probing and not shell.exited:
+                    self._await_gone(a, number, shell, why=why)
+        if errors:
+            raise AssertionError("; ".join(errors))
 
     def _cleanup(self) -> None:
         for a in self.live:
