@@ -52,14 +52,27 @@ def _md5(text: str) -> str:
     return hashlib.md5(text.encode("utf-8")).hexdigest()
 
 
+SHELL_PAYLOAD_PREFIX = "echo H_$(printf %s "
+PYTHON_PAYLOAD_PREFIX = "print('H_'+__import__('hashlib').md5("
+
+
 def shell_payload(uid: str, payload: str) -> tuple[str, str]:
     """(command, token): the shell prints the md5 of the payload exactly as it was typed."""
-    return f"echo H_$(printf %s {shlex.quote(payload)} | md5sum | cut -c1-32)_{uid}", f"H_{_md5(payload)}_{uid}"
+    return (f"{SHELL_PAYLOAD_PREFIX}{shlex.quote(payload)} | md5sum | cut -c1-32)_{uid}",
+            f"H_{_md5(payload)}_{uid}")
 
 
 def python_payload(uid: str, payload: str) -> tuple[str, str]:
-    return (f"print('H_'+__import__('hashlib').md5({payload!r}.encode()).hexdigest()+'_{uid}')",
+    return (f"{PYTHON_PAYLOAD_PREFIX}{payload!r}.encode()).hexdigest()+'_{uid}')",
             f"H_{_md5(payload)}_{uid}")
+
+
+def payload_end(mode: str, payload: str) -> int:
+    """Index just after the payload's literal in the command of :func:`shell_payload` (mode
+    "shell") or :func:`python_payload`."""
+    if mode == "shell":
+        return len(SHELL_PAYLOAD_PREFIX) + len(shlex.quote(payload))
+    return len(PYTHON_PAYLOAD_PREFIX) + len(repr(payload))
 
 
 def tokens_in(screen: str) -> list[tuple[str, str]]:

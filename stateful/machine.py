@@ -355,9 +355,19 @@ class TerminalMachine(RuleBasedStateMachine):
         first = self._type(agent, ref, sends, deco)
         if first is None:
             raise ContractViolation(f"typing into the live {ref} failed (see the outputs above)")
-        self.owners[token.rsplit("_", 1)[1]] = (agent.index, ref.terminal, ref.session)
-        self._poll_screen(agent, ref, lambda s: checks.has_token(s, token) and checks.prompt_follows(s, token),
-                          f"{what} output {token}", first)
+        uid = token.rsplit("_", 1)[1]
+        self.owners[uid] = (agent.index, ref.terminal, ref.session)
+
+        def done(screen: str) -> bool:
+            for other, other_uid in checks.tokens_in(screen):
+                if other_uid == uid and other != token:
+                    # The program answered, with another digest: the text did not arrive as written.
+                    raise ContractViolation(
+                        f"{ref}: the program computed {other} for the text typed, expected {token}: the text "
+                        f"did not arrive as written ({len(cmd)} chars typed in {len(sends)} sends)")
+            return checks.has_token(screen, token) and checks.prompt_follows(screen, token)
+
+        self._poll_screen(agent, ref, done, f"{what} output {token}", first)
         shell.rows += 2 * (len(cmd) // 70 + 2) + cmd.count("\n") * 2
         shell.markers.append((token, shell.rows))
         shell.ready = True
@@ -481,8 +491,12 @@ class TerminalMachine(RuleBasedStateMachine):
             self._sync(a, pair, shell)
         if long_line:
             # A line typed while the program is between reads goes through the kernel's canonical
-            # line editing and is cut at 4095 bytes: type such a line in one piece, at a prompt.
-            plan = replace(plan, cuts=())
+            # line editing and is cut at 4095 bytes: such a line is typed at a prompt (the program
+            # reads it as it comes), in two sends split right after the payload's literal, so that
+            # a server that loses part of a long text still lets the command finish (and the wrong
+            # digest shows at once instead of a command waiting for its closing quote).
+            end = checks.payload_end(shell.mode, payload)
+            plan = replace(plan, cuts=(gen.Cut(False, end - 1),))
             event("payload: long line")
         self._run_command(a, pair, shell, cmd, token, plan, deco, "payload")
 

@@ -127,3 +127,11 @@ def test_view_problem() -> None:
 @given(name=gen.session_names())
 def test_session_names_are_valid(name: str) -> None:
     assert isinstance(name, str) and name
+
+
+@FAST
+@given(payload=gen.payloads(), mode=st.sampled_from(("shell", "python")))
+def test_payload_end_is_right_after_the_literal(payload: str, mode: str) -> None:
+    cmd = (checks.shell_payload if mode == "shell" else checks.python_payload)("u1", payload)[0]
+    end = checks.payload_end(mode, payload)
+    assert cmd[end:].startswith(" | md5sum" if mode == "shell" else ".encode()")
