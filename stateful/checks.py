@@ -103,6 +103,24 @@ def last_row(screen: str) -> str:
     return ""
 
 
+def _interrupt_row(row: str) -> bool:
+    return "^C" in row or row.strip() == "KeyboardInterrupt"
+
+
+def interrupts(screen: str) -> int:
+    """Rows that show an interrupt (bash echoes ``^C``, Python prints ``KeyboardInterrupt``)."""
+    return sum(1 for row in _rows(screen) if _interrupt_row(row))
+
+
+def prompt_after_interrupt(screen: str, before: int) -> bool:
+    """A new interrupt row (more than ``before``) shows, and a prompt row follows the last one."""
+    rows = _rows(screen)
+    marks = [i for i, row in enumerate(rows) if _interrupt_row(row)]
+    if len(marks) <= before:
+        return False
+    return any(row.strip() and not _interrupt_row(row) for row in rows[marks[-1] + 1:])
+
+
 def rows_after(screen: str, needle: str) -> list[str]:
     """Rows after the last row that equals ``needle`` once right-stripped (None if absent)."""
     rows = [r.rstrip() for r in _rows(screen)]

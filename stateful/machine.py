@@ -510,10 +510,18 @@ class TerminalMachine(RuleBasedStateMachine):
         sends = [args]
         if keys is not None and keys in gen.UNKNOWN_KEYS:
             sends.append({"keys": "C-u"})
+        live = self._live_shell(pair)
+        interrupting = live is not None and keys is not None and "C-c" in keys.split()
+        before = 0
+        if interrupting:
+            before = checks.interrupts(self._turn(a, [[self._read(pair, self.cfg.big_scrollback)]])[0][0].value["screen"])
         self._type(a, pair, sends, gen.Decoration(), read_after=False)
         if shell is not None:
             shell.ready = False
             shell.rows += 2
+        if interrupting:
+            # bash eats a key typed while it handles the interrupt: wait for its new prompt.
+            self._poll_screen(a, pair, lambda s: checks.prompt_after_interrupt(s, before), "prompt after C-c")
 
     # -- rules: reading and listing -----------------------------------------------------------------
 

@@ -227,8 +227,10 @@ def long_payloads() -> st.SearchStrategy[LongText]:
 
 # --- keys, scrollback, bad arguments -------------------------------------------------------------
 
-SAFE_KEYS = ("", "Enter", "C-u", "  Enter  ", "Enter Enter", "C-u Enter", "C-c", "C-c C-u")
-"""Key presses that leave a shell or REPL at an empty prompt line."""
+SAFE_KEYS = ("", "Enter", "C-u", "  Enter  ", "Enter Enter", "C-u Enter", "C-c")
+"""Key presses that leave a shell or REPL at an empty prompt line. ``C-c`` comes alone: a key
+pressed while the program handles the interrupt is eaten by bash (and the caller waits for the
+new prompt before typing anything)."""
 UNKNOWN_KEYS = ("NoSuchKey", "Enterr", "F99")
 
 
@@ -242,9 +244,11 @@ INVALID_SCROLLBACK: tuple[Any, ...] = (-1, -100, 1.5, 2.0, "10", "", True, False
 
 
 def scrollbacks() -> st.SearchStrategy[Any]:
-    """A scrollback argument; ``...`` stands for "absent"."""
+    """A scrollback argument; ``...`` stands for "absent". Each kind of value is one branch, so that
+    every kind (booleans, floats, strings, null, containers, negatives) comes up often."""
     return st.one_of(st.just(...), st.sampled_from(VALID_SCROLLBACK), st.integers(0, 300),
-                     st.sampled_from(INVALID_SCROLLBACK), st.integers(max_value=-1))
+                     st.booleans(), st.sampled_from((1.5, 2.0, -0.5)), st.sampled_from(("10", "")),
+                     st.none(), st.sampled_from(([], {})), st.integers(max_value=-1))
 
 
 MALFORMED = ("", " ", "{", "}", "[", "nul", "{'terminal': 'bash'}", '{"terminal": "bash",}', "}{",

@@ -135,3 +135,11 @@ def test_payload_end_is_right_after_the_literal(payload: str, mode: str) -> None
     cmd = (checks.shell_payload if mode == "shell" else checks.python_payload)("u1", payload)[0]
     end = checks.payload_end(mode, payload)
     assert cmd[end:].startswith(" | md5sum" if mode == "shell" else ".encode()")
+
+
+def test_prompt_after_interrupt() -> None:
+    assert checks.interrupts("$ ^C\n$ ^C\n$ \n") == 2
+    assert checks.prompt_after_interrupt("$ ^C\n$ \n", 0)
+    assert not checks.prompt_after_interrupt("$ ^C\n\n", 0)
+    assert not checks.prompt_after_interrupt("$ ^C\n$ \n", 1)
+    assert checks.prompt_after_interrupt(">>>\nKeyboardInterrupt\n>>>\n", 0)
