@@ -422,10 +422,22 @@ class TerminalMachine(RuleBasedStateMachine):
         return PairRef(0, terminal, name)
 
     @precondition(lambda self: len(self.live) < self.cfg.max_agents)
+    @rule(same_pair=st.booleans())
+    def another_agent(self, same_pair: bool) -> None:
+        """Several agent sessions at once: each has its own terminals (``same_pair``: launch there
+        the names of the first session's first pair, which must start a new process)."""
+        index = self._open_agent()
+        first = self.live[0].model.pairs
+        if same_pair and first:
+            args = {"terminal": first[0].terminal, "session": first[0].session}
+            self._turn(self.live[index], [[_call(LAUNCH, args)], self._list_step()])
+
     @rule()
-    def another_agent(self) -> None:
-        """Several agent sessions at once: each has its own terminals."""
-        self._open_agent()
+    def list_every_agent(self) -> None:
+        """List every agent session's terminals (and compare its /resources/terminals view)."""
+        for a in self.live:
+            self._turn(a, [self._list_step()])
+            self._check_view(a)
 
     # -- rules: launch ------------------------------------------------------------------------------
 
