@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import configparser
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +89,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="seconds before a step is reported as a hang (default: the profile's)")
     group.addoption("--poll-deadline", type=float, default=None,
                     help="seconds to wait for an eventual property (default: the profile's)")
+    group.addoption("--repro-dir", default=str(Path(__file__).parent / "repros"),
+                    help="where a shrunk failure is written as a regression test "
+                         "(default stateful/repros/, which pytest stateful/ collects; '' = don't write)")
 
 
 def current_profile() -> str:
@@ -137,3 +140,39 @@ def sessions_target(request: pytest.FixtureRequest) -> Iterator[Any]:
         yield target
     finally:
         target.close()
+
+
+@pytest.fixture(scope="session")
+def repro_dir(request: pytest.FixtureRequest) -> Path | None:
+    value = request.config.getoption("--repro-dir")
+    return Path(value) if value else None
+
+
+@pytest.fixture
+def repro_machine(request: pytest.FixtureRequest, machine_config: MachineConfig) -> Callable[..., None]:
+    """For the regression tests that stateful/repro.py writes: runs ``program(state)`` once on a fresh
+    machine bound to the named target kind ("direct" or "sessions"), as ``test_machine.py`` binds it,
+    then its teardown. It runs inside a one-example Hypothesis test because the machine's rules
+    record ``note()``/``event()``, which only exist there."""
+    from hypothesis import Phase, given
+    from hypothesis import strategies as st
+
+    from stateful.machine import TerminalMachine
+
+    def replay(target_name: str, program: Callable[[Any], None]) -> None:
+        target = request.getfixturevalue(f"{target_name}_target")
+        machine = type(f"Repro{target_name.title()}Machine", (TerminalMachine,), {})
+        machine.bind(target, machine_config)
+
+        @settings(max_examples=1, database=None, phases=[Phase.generate], deadline=None)
+        @given(st.none())
+        def run_once(_: None) -> None:
+            state = machine()
+            try:
+                program(state)
+            finally:
+                state.teardown()
+
+        run_once()
+
+    return replay

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from stateful.machine import MachineConfig, TerminalMachine
+from stateful.repro import reported_program, write_repro
 from stateful.targets.base import Target
 
 
@@ -17,17 +20,24 @@ class SessionsMachine(TerminalMachine):
     """The machine against a contract server over HTTP (the embedded stack, or --server-url)."""
 
 
-def _run(machine: type[TerminalMachine], target: Target, config: MachineConfig) -> None:
+def _run(machine: type[TerminalMachine], target: Target, config: MachineConfig, repro_dir: Path | None) -> None:
+    """Run the machine; on a shrunk failure, also write it as a regression test (stateful/repro.py)."""
     machine.bind(target, config)
-    run_state_machine_as_test(machine, settings=settings())
+    try:
+        run_state_machine_as_test(machine, settings=settings())
+    except Exception as failure:
+        if repro_dir is not None and reported_program(failure):
+            path = write_repro(repro_dir, target.name, failure)
+            failure.add_note(f"stateful: this program is now a regression test: {path}")
+        raise
 
 
-def test_direct(direct_target: Target, machine_config: MachineConfig) -> None:
-    _run(DirectMachine, direct_target, machine_config)
+def test_direct(direct_target: Target, machine_config: MachineConfig, repro_dir: Path | None) -> None:
+    _run(DirectMachine, direct_target, machine_config, repro_dir)
 
 
-def test_sessions(sessions_target: Target, machine_config: MachineConfig) -> None:
-    _run(SessionsMachine, sessions_target, machine_config)
+def test_sessions(sessions_target: Target, machine_config: MachineConfig, repro_dir: Path | None) -> None:
+    _run(SessionsMachine, sessions_target, machine_config, repro_dir)
 
 
 # run_state_machine_as_test is Hypothesis's own runner; marking the pytest functions lets the

@@ -1,0 +1,104 @@
+"""Shrunk failing programs, written out as regression tests.
+
+When the machine finds a contract violation, Hypothesis shrinks it and replays the minimal program
+once more (its "final" run), attaching each step to the exception's notes as a line of Python
+(``state = DirectMachine()``, ``pairs_0 = state.start(...)``, ``state.teardown()``).
+:func:`reported_program` picks those lines out; :func:`write_repro` turns them into a pytest file that replays
+the same program against the same kind of target, through the ``repro_machine`` fixture of
+``stateful/conftest.py``. The file fails while the bug is there and passes once it is fixed, so the
+server's team can keep it (``stateful/repros/`` is collected by ``pytest stateful/``).
+
+The program's values print as constructor calls of the machine's own argument types (``PairRef``,
+``Decoration``, ``SendPlan``, ...); this module re-exports them, so a repro needs one import.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+import textwrap
+from datetime import datetime, timezone
+from pathlib import Path
+
+from stateful import machine as _machine
+from stateful import strategies as _strategies
+
+STEP = re.compile(r"^(?:\w+(?:, *\w+)* = )?state(?:\.\w+\(| = \w+\(\))")
+"""A line of the program Hypothesis reports (and nothing of the notes around it)."""
+
+
+def _argument_types() -> dict[str, type]:
+    """The dataclasses whose reprs appear in a reported program, by name."""
+    found: dict[str, type] = {}
+    for module in (_machine, _strategies):
+        for name, value in vars(module).items():
+            if isinstance(value, type) and dataclasses.is_dataclass(value) and not name.startswith("_"):
+                found[name] = value
+    return found
+
+
+globals().update(_argument_types())
+__all__ = ["reported_program", "write_repro", *sorted(_argument_types())]
+
+
+def reported_program(failure: BaseException) -> list[str]:
+    """The minimal program Hypothesis attached to ``failure`` (its notes), one line per step."""
+    program: list[str] = []
+    for note in getattr(failure, "__notes__", ()):
+        for line in str(note).splitlines():
+            if STEP.match(line):
+                if line.startswith("state = "):
+                    program = []  # a new run of the program starts
+                program.append(line)
+    return program
+
+
+def _summary(failure: BaseException) -> str:
+    text = f"{type(failure).__name__}: {failure}".strip()
+    lines = [line for line in text.splitlines() if line.strip()][:12]
+    return "\n".join(lines)
+
+
+def render_repro(target: str, program: list[str], failure: BaseException) -> str:
+    """The text of a pytest file that replays ``program`` (as reported) against ``target``."""
+    if not program or not program[0].startswith("state = "):
+        raise ValueError("no reported program to write (did the final run report its steps?)")
+    body = [line for line in program[1:] if line != "state.teardown()"]
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    summary = textwrap.indent(_summary(failure).replace('"""', "'''").replace("\\", "\\\\"), "    ")
+    steps = textwrap.indent("\n".join(body) or "pass", "        ")
+    return f'''"""A contract violation found by `pytest stateful/` on {stamp} (target: {target}).
+
+Hypothesis shrank the failing program to the steps below; replaying it broke the contract so:
+
+{summary}
+
+Replay: `pytest stateful/` collects it where it was written (stateful/repros/); anywhere else, with the
+stateful package installed: `pytest -p stateful.conftest <this file>`, plus the options for an external
+server if the target is one (`--server-url U --mock-llm-url M --runner-id R`).
+It fails while the bug is there and passes once it is fixed: keep it as a regression test.
+"""
+
+from stateful.repro import *  # noqa: F403 (the argument types the program's values print as)
+
+TARGET = {target!r}
+
+
+def test_repro(repro_machine):
+    def program(state):
+{steps}
+
+    repro_machine(TARGET, program)
+'''
+
+
+def write_repro(directory: Path, target: str, failure: BaseException) -> Path:
+    """Write the repro of ``failure`` into ``directory`` (created if missing), named by its digest."""
+    program = reported_program(failure)
+    text = render_repro(target, program, failure)
+    digest = hashlib.sha256("\n".join([target, *program]).encode()).hexdigest()[:10]
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"test_repro_{target}_{digest}.py"
+    path.write_text(text, encoding="utf-8")
+    return path
