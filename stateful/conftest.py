@@ -20,8 +20,6 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 
 from stateful.machine import MachineConfig
 
-pytest_plugins = ["stateful.e2e"]
-
 ROOT = Path(__file__).resolve().parent.parent
 INI = ROOT / "hypothesis.ini"
 DEFAULT_PROFILE = "dev"

@@ -75,7 +75,7 @@ Hypothesis shrank the failing program to the steps below; replaying it broke the
 {summary}
 
 Replay: `pytest stateful/` collects it where it was written (stateful/repros/); anywhere else, with the
-stateful package installed: `pytest -p stateful.conftest <this file>`, plus the options for an external
+stateful package installed: `pytest -p stateful.e2e -p stateful.conftest <this file>`, plus the options for an external
 server if the target is one (`--server-url U --mock-llm-url M --runner-id R`).
 It fails while the bug is there and passes once it is fixed: keep it as a regression test.
 """

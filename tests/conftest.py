@@ -153,10 +153,5 @@ def call(tool_context: ToolContext) -> Callable[..., Any]:
     return run
 
 
-# ---------------------------------------------------------------------------------------------
-# HTTP stack fixtures
-
-# The §6 fixtures (live_server, http_client, live_runner_id, harness_name, model_name,
-# mock_llm_server_url) and options (--profile, --server-url, --mock-llm-url, --runner-id): one
-# EmbeddedStack for the whole run, stopped at its end, unless the options name an external server.
-pytest_plugins = ["stateful.e2e"]
+# The HTTP stack fixtures (live_server, http_client, ...) come from the stateful.e2e plugin, which the
+# top-level conftest.py loads.
