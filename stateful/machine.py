@@ -149,6 +149,7 @@ class TerminalMachine(RuleBasedStateMachine):
         self.turns = 0
         self.busy = False
         """A rule is running: teardown after a failure only cleans up (it must not mask the failure)."""
+        self.rules_run = 0
         self.owners: dict[str, tuple[int, str, str]] = {}
         """Marker uid -> the (agent, terminal, session) it was typed into."""
 
@@ -542,6 +543,11 @@ class TerminalMachine(RuleBasedStateMachine):
         args = _pair_args(pair) if scrollback is ... else _pair_args(pair, scrollback=scrollback)
         self._turn(self._agent(pair.agent), [[_call(READ, args, deco)]])
 
+    @rule(pair=pairs, value=st.one_of(st.booleans(), st.sampled_from(gen.INVALID_SCROLLBACK)))
+    def read_bad_scrollback(self, pair: PairRef, value: Any) -> None:
+        """A scrollback that is not a non-negative integer (booleans first: JSON true is no integer)."""
+        self._turn(self._agent(pair.agent), [[_call(READ, _pair_args(pair, scrollback=value))]])
+
     @rule(agent=AGENT, deco=gen.decorations())
     def list_terminals(self, agent: int, deco: gen.Decoration) -> None:
         a = self._agent(agent)
@@ -754,6 +760,7 @@ class TerminalMachine(RuleBasedStateMachine):
         """Runs after every rule that returned: so the rule is over (see ``busy``)."""
         self._check_sockets()
         self.busy = False
+        self.rules_run += 1
 
     def teardown(self) -> None:
         """Close everything (checked), delete the sessions, and prove nothing is left (probe).
@@ -761,6 +768,7 @@ class TerminalMachine(RuleBasedStateMachine):
         Odd-numbered agent sessions are not closed pair by pair: their DELETE must close them (§2.9).
         After a failed rule this only cleans up, so that the rule's failure is the one reported.
         """
+        event(f"program: {self.rules_run // 10 * 10}+ rules")
         if self.busy:
             self._cleanup()
             return
