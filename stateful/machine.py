@@ -72,7 +72,7 @@ class MachineConfig:
 
 
 @dataclass(frozen=True)
-class PairRef:
+class PairRef(gen.OneLine):
     """A pair name in one agent session (a Bundle value; the pair may since be closed or gone)."""
 
     agent: int

@@ -41,6 +41,14 @@ __all__ = [
     "split_command",
 ]
 
+class OneLine:
+    """Rule arguments print on one line each (Hypothesis's pretty printer would break a dataclass
+    over several), so that every step of a reported program is one line of Python."""
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(repr(self))
+
+
 NAMED_KEYS = frozenset({"terminal", "session", "text", "keys", "scrollback", "cwd", "sandbox"})
 """Argument names the contract gives a meaning; extra keys are drawn outside this set."""
 
@@ -78,7 +86,7 @@ _json_values = st.recursive(_json_leaf, lambda inner: st.one_of(
 
 
 @dataclass(frozen=True)
-class Decoration:
+class Decoration(OneLine):
     """How one rule's arguments are written: extra keys (ignored by contract) and JSON layout."""
 
     extra: tuple[tuple[str, Any], ...] = ()
@@ -116,7 +124,7 @@ def encode(args: dict[str, Any], deco: Decoration = Decoration()) -> str:
 
 
 @dataclass(frozen=True)
-class Cut:
+class Cut(OneLine):
     """Where to split the typed command: an interesting index (``special``) or any index."""
 
     special: bool
@@ -129,7 +137,7 @@ of the text, or a separate send that only presses Enter (keys "Enter", text "" o
 
 
 @dataclass(frozen=True)
-class SendPlan:
+class SendPlan(OneLine):
     cuts: tuple[Cut, ...] = ()
     finish: str = "default"
 
@@ -206,7 +214,7 @@ def payloads() -> st.SearchStrategy[str]:
 
 
 @dataclass(frozen=True)
-class LongText:
+class LongText(OneLine):
     """A text over 16 KiB, kept short in printed programs: ``piece`` repeated to ``size`` chars."""
 
     piece: str
@@ -260,7 +268,7 @@ BAD_KEYS: tuple[Any, ...] = (None, 0, True, [], ["Enter"], {}, 1.5)
 
 
 @dataclass(frozen=True)
-class BadCall:
+class BadCall(OneLine):
     """An argument error: a raw (malformed / non-object) string, or one field made wrong.
 
     ``key`` is None for raw strings, ``"-terminal"``/``"-session"`` for a missing key, else the

@@ -143,3 +143,17 @@ def test_prompt_after_interrupt() -> None:
     assert not checks.prompt_after_interrupt("$ ^C\n\n", 0)
     assert not checks.prompt_after_interrupt("$ ^C\n$ \n", 1)
     assert checks.prompt_after_interrupt(">>>\nKeyboardInterrupt\n>>>\n", 0)
+
+
+@FAST
+@given(values=st.tuples(gen.decorations(), gen.send_plans(), gen.bad_calls(), gen.long_payloads()))
+def test_rule_arguments_print_on_one_line_as_python(values: tuple[object, ...]) -> None:
+    """Each step of a reported program is one line that evaluates back to the same arguments."""
+    from hypothesis.vendor import pretty
+
+    namespace = {"Decoration": gen.Decoration, "SendPlan": gen.SendPlan, "Cut": gen.Cut,
+                 "BadCall": gen.BadCall, "LongText": gen.LongText}
+    for value in values:
+        text = pretty.pretty(value)
+        assert "\n" not in text
+        assert eval(text, namespace) == value  # noqa: S307 - our own reprs
