@@ -20,7 +20,7 @@ FAULTS: dict[str, str] = {
     "scrollback-ignored": "read ignores 'scrollback' and shows only the visible rows",
     "close-event-lost": "close records no session.resource.deleted event",
     "items-page-gap": "items pagination loses the last item of every page that has more after it",
-    "double-launch": "concurrent launches of one pair each start a process and say 'launched'",
+    "double-launch": "concurrent launches of one pair each start a process and say 'launched'; the last wins",
     "trailing-semicolon": "a text ending in ';' is passed to tmux unescaped, which drops the ';'",
     "keys-default-none": "an absent 'keys' presses no key instead of Enter",
     "scrollback-bool": "read accepts a boolean 'scrollback' as an integer",

@@ -35,6 +35,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from stateful.reference import faults
 from stateful.reference.reaper import ReaperLink
 from stateful.reference.spec import TerminalSpec
 from stateful.reference.tmux import TmuxError, TmuxServer
@@ -245,9 +246,25 @@ class TerminalRegistry:
                 if slot.users == 0:
                     del self._pair_locks[key]
 
+    def _find(self, key: Key) -> _Terminal | None:
+        """The registered terminal of ``key`` (registry lock held)."""
+        entry = self._terminals.get(key)
+        if entry is None and faults.enabled("cross-session"):
+            # Planted fault: the table is searched by (terminal, session) alone, as if pairs were
+            # global, so one agent session finds (and reads, types into, closes) another's pair.
+            entry = next((e for k, e in self._terminals.items() if k[1:] == key[1:]), None)
+        if entry is None and faults.enabled("prefix-match"):
+            # Planted fault: a name that is not registered is resolved like a tmux target, i.e. as
+            # the first registered session key that starts with it ("a" finds "ab").
+            entry = next(
+                (e for k, e in self._terminals.items() if k[:2] == key[:2] and k[2].startswith(key[2])),
+                None,
+            )
+        return entry
+
     def _lookup(self, key: Key) -> _Terminal:
         with self._lock:
-            entry = self._terminals.get(key)
+            entry = self._find(key)
         if entry is None:
             raise TerminalNotFound(f"terminal '{key[1]}:{key[2]}' not found or not running")
         return entry
@@ -270,11 +287,13 @@ class TerminalRegistry:
     ) -> LaunchResult:
         """Start the pair's program unless it runs already; concurrent calls start one process."""
         key = (session_id, spec.name, session)
+        if faults.enabled("double-launch"):
+            return self._launch_unlocked(key, spec, session, cwd)
         with self._pair(key):
             if self._closed:
                 raise RuntimeError("the terminal registry is shut down")
             with self._lock:
-                existing = self._terminals.get(key)
+                existing = self._find(key)
             if existing is not None:
                 if existing.server.is_alive():
                     return LaunchResult(
@@ -296,6 +315,32 @@ class TerminalRegistry:
             self._ensure_watcher()
             self._emit(entry, CREATED)
             return LaunchResult("launched", server.socket_path, resource_id)
+
+    def _launch_unlocked(
+        self, key: Key, spec: TerminalSpec, session: str, cwd: str | None
+    ) -> LaunchResult:
+        """Planted fault "double-launch": check-then-start without the pair's lock.
+
+        Concurrent launches of one pair all see it unregistered, all start a process and all say
+        ``launched``; the last one registered replaces (and kills) the ones before it.
+        """
+        with self._lock:
+            existing = self._find(key)
+        if existing is not None and existing.server.is_alive():
+            return LaunchResult("already_running", existing.server.socket_path, existing.resource_id)
+        time.sleep(0.2)  # widens the race window so that concurrent launches reliably overlap
+        server = self._start(spec, session, os.path.abspath(cwd or spec.cwd))
+        with self._lock:
+            resource_id = self._unique_id(key[0], spec.name, session)
+            entry = _Terminal(key, spec, resource_id, server)
+            displaced = self._terminals.get(key)
+            self._terminals[key] = entry
+        if displaced is not None:
+            displaced.removed = True
+            self._destroy(displaced.server)
+        self._ensure_watcher()
+        self._emit(entry, CREATED)
+        return LaunchResult("launched", server.socket_path, resource_id)
 
     def _start(self, spec: TerminalSpec, session: str, cwd: str) -> TmuxServer:
         """A new private server running the spec's program, or LaunchFailed."""
@@ -349,6 +394,10 @@ class TerminalRegistry:
     def _unique_id(self, session_id: str, terminal: str, session: str) -> str:
         """Resource id unique among the session's registered terminals (lock held)."""
         base = resource_base_id(terminal, session)
+        if faults.enabled("resource-id-collision"):
+            # Planted fault: the id is derived from the names alone, never disambiguated, so
+            # "a b" and "a:b" (both terminal_bash_a_b) share one id while both live.
+            return base
         taken = {e.resource_id for k, e in self._terminals.items() if k[0] == session_id}
         candidate, n = base, 1
         while candidate in taken:
@@ -438,6 +487,9 @@ class TerminalRegistry:
         """The session's registered pairs in launch order (an exited one may show running=False)."""
         with self._lock:
             entries = [e for k, e in self._terminals.items() if k[0] == session_id]
+        if faults.enabled("list-sorted"):
+            # Planted fault: rows sorted by name (a "tidy" listing) instead of in launch order.
+            entries.sort(key=lambda e: (e.key[1], e.key[2]))
         return [
             TerminalInfo(
                 terminal=e.key[1],
@@ -456,8 +508,16 @@ class TerminalRegistry:
         key = (session_id, terminal, session)
         with self._pair(key):
             with self._lock:
-                entry = self._terminals.get(key)
-            return entry is not None and self._retire(entry)
+                entry = self._find(key)
+            if entry is not None and faults.enabled("closed-still-listed"):
+                # Planted fault: the terminal is torn down and announced, but its row is never
+                # removed from the table: list keeps showing it (as not running).
+                entry.removed = True
+                entry.closing.set()
+                self._destroy(entry.server)
+                self._emit(entry, DELETED)
+                return True
+            return entry is not None and self._retire(entry, closing=True)
 
     def close_session(self, session_id: str) -> int:
         """Close every pair of one agent session; the number closed."""
@@ -489,8 +549,11 @@ class TerminalRegistry:
 
     # -- removal --------------------------------------------------------------------------------
 
-    def _retire(self, entry: _Terminal) -> bool:
-        """Unregister, destroy and announce one terminal (the pair's lock is held)."""
+    def _retire(self, entry: _Terminal, *, closing: bool = False) -> bool:
+        """Unregister, destroy and announce one terminal (the pair's lock is held).
+
+        ``closing``: called by :meth:`close` (not for an exited or replaced process).
+        """
         with self._lock:
             if self._terminals.get(entry.key) is not entry:
                 return False
@@ -499,7 +562,13 @@ class TerminalRegistry:
         entry.closing.set()
         with entry.io_lock:  # let an in-flight send/read finish (their waits end on `closing`)
             pass
-        self._destroy(entry.server)
+        # Planted fault "close-leaks-server": close forgets the pair but never kills its tmux
+        # server (the reaper still ends it when the registry shuts down).
+        if not (closing and faults.enabled("close-leaks-server")):
+            self._destroy(entry.server)
+        if closing and faults.enabled("close-event-lost"):
+            # Planted fault: close records no session.resource.deleted event.
+            return True
         self._emit(entry, DELETED)
         return True
 
@@ -529,9 +598,15 @@ class TerminalRegistry:
         while not self._stop.wait(WATCH_INTERVAL):
             with self._lock:
                 entries = list(self._terminals.values())
+            if faults.enabled("exit-not-reaped"):
+                # Planted fault: the watcher runs but never removes an exited pair (list keeps it,
+                # running false, until a send or read happens to notice).
+                continue
             for entry in entries:
                 if self._stop.is_set():
                     return
+                if faults.enabled("closed-still-listed") and entry.removed:
+                    continue  # the fault's stale row (closed, never unregistered) is left alone
                 try:
                     if entry.server.is_alive():
                         continue

@@ -43,6 +43,8 @@ from typing import Any
 
 import libtmux
 
+from stateful.reference import faults
+
 __all__ = [
     "ProcessRef",
     "TmuxError",
@@ -471,6 +473,8 @@ class TmuxServer:
         """
         target = self._target()
         commands: list[list[str]] = []
+        if text and faults.enabled("long-text-cut"):
+            text = text[:16 * 1024]  # planted fault: a "safe" cap on typed text (tmux's 16 KiB limit)
         if text:
             commands += self._literal(target, text)
         group: list[str] = []
@@ -512,6 +516,11 @@ class TmuxServer:
             if index:
                 commands.append(["send-keys", "-H", "-t", target, "00"])
             for chunk in _text_chunks(piece):
+                if faults.enabled("trailing-semicolon"):
+                    # Planted fault: typed text passed unescaped; tmux takes a final ';' as a
+                    # command separator and drops it.
+                    commands.append(["send-keys", "-l", "-t", target, "--", chunk])
+                    continue
                 commands.append(["send-keys", "-l", "-t", target, "--", tmux_argument(chunk)])
         return commands
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from stateful.reference import faults
 from stateful.reference.registry import (
     LaunchFailed,
     TerminalGone,
@@ -74,8 +75,27 @@ def _arguments(arguments: str) -> dict[str, Any]:
     return parsed
 
 
-def _pair(arguments: str) -> tuple[dict[str, Any], str, str]:
+_KNOWN_KEYS = {
+    "sys_terminal_launch": frozenset({"terminal", "session", "cwd", "sandbox"}),
+    "sys_terminal_send": frozenset({"terminal", "session", "text", "keys"}),
+    "sys_terminal_read": frozenset({"terminal", "session", "scrollback"}),
+    "sys_terminal_list": frozenset(),
+    "sys_terminal_close": frozenset({"terminal", "session"}),
+}
+"""The argument names of each tool's schema (used only by the planted fault below)."""
+
+
+def _strict_keys(tool: str, args: dict[str, Any]) -> None:
+    """Planted fault "extra-key-rejected": refuse keys outside the tool's schema (_Refusal)."""
+    extra = sorted(set(args) - _KNOWN_KEYS[tool])
+    if extra:
+        raise _Refusal(f"unexpected argument {extra[0]!r}")
+
+
+def _pair(arguments: str, tool: str = "") -> tuple[dict[str, Any], str, str]:
     args = _arguments(arguments)
+    if faults.enabled("extra-key-rejected") and tool:
+        _strict_keys(tool, args)  # planted fault: a strict schema check the contract forbids
     terminal, session = args.get("terminal"), args.get("session")
     if not isinstance(terminal, str) or not terminal:
         raise _Refusal("requires a non-empty 'terminal' string")
@@ -142,7 +162,7 @@ def _launch_cwd(spec: TerminalSpec, cwd: Any) -> str | None:
 def sys_terminal_launch(arguments: str, context: ToolContext) -> str:
     """Start a declared terminal for this agent session (or report that it runs already)."""
     try:
-        args, terminal, session = _pair(arguments)
+        args, terminal, session = _pair(arguments, "sys_terminal_launch")
         spec = context.terminals.get(terminal)
         if spec is None:
             declared = sorted(context.terminals)
@@ -174,12 +194,14 @@ def sys_terminal_launch(arguments: str, context: ToolContext) -> str:
 def sys_terminal_send(arguments: str, context: ToolContext) -> str:
     """Type text literally into a terminal, then press keys (default Enter)."""
     try:
-        args, terminal, session = _pair(arguments)
+        args, terminal, session = _pair(arguments, "sys_terminal_send")
     except _Refusal as refusal:
         return _error(refusal.error)
     if terminal not in context.terminals:
         return _error(_not_found(terminal, session))
     text, keys = args.get("text"), args.get("keys", "Enter")
+    if faults.enabled("keys-default-none") and "keys" not in args:
+        keys = ""  # planted fault: an absent 'keys' presses nothing instead of Enter
     problem = None
     if text is not None and not isinstance(text, str):
         problem = "'text' must be a string if provided"
@@ -201,17 +223,21 @@ def sys_terminal_send(arguments: str, context: ToolContext) -> str:
 def sys_terminal_read(arguments: str, context: ToolContext) -> str:
     """The terminal's screen as text, with up to ``scrollback`` lines of history above it."""
     try:
-        args, terminal, session = _pair(arguments)
+        args, terminal, session = _pair(arguments, "sys_terminal_read")
     except _Refusal as refusal:
         return _error(refusal.error)
     if terminal not in context.terminals:
         return _error(_not_found(terminal, session))
     scrollback = args.get("scrollback", 0)
+    if faults.enabled("scrollback-bool") and isinstance(scrollback, bool):
+        scrollback = int(scrollback)  # planted fault: JSON true/false taken as 1/0 (bool is an int)
     if isinstance(scrollback, bool) or not isinstance(scrollback, int) or scrollback < 0:
         problem = "'scrollback' must be a non-negative integer"
         return _error(_type_problem(context, terminal, session, problem))
     try:
-        screen = context.registry.read(context.session_id, terminal, session, scrollback=scrollback)
+        # Planted fault "scrollback-ignored": the argument is validated and echoed, but not passed on.
+        history = 0 if faults.enabled("scrollback-ignored") else scrollback
+        screen = context.registry.read(context.session_id, terminal, session, scrollback=history)
     except (TerminalNotFound, TerminalGone):
         return _error(_not_found(terminal, session))
     except (TmuxError, OSError) as exc:
@@ -222,7 +248,9 @@ def sys_terminal_read(arguments: str, context: ToolContext) -> str:
 def sys_terminal_list(arguments: str, context: ToolContext) -> str:
     """This agent session's terminals, in launch order."""
     try:
-        _arguments(arguments)
+        args = _arguments(arguments)
+        if faults.enabled("extra-key-rejected"):
+            _strict_keys("sys_terminal_list", args)  # planted fault (see _strict_keys)
     except _Refusal as refusal:
         return _error(refusal.error)
     return _result(
@@ -243,7 +271,7 @@ def sys_terminal_list(arguments: str, context: ToolContext) -> str:
 def sys_terminal_close(arguments: str, context: ToolContext) -> str:
     """Close a terminal: ``closed`` if it was registered (alive or not), else ``not_found``."""
     try:
-        _args, terminal, session = _pair(arguments)
+        _args, terminal, session = _pair(arguments, "sys_terminal_close")
     except _Refusal as refusal:
         return _error(refusal.error)
     closed = terminal in context.terminals and context.registry.close(
