@@ -1,0 +1,76 @@
+"""The regression tests that stateful/repro.py writes: the right program, and a file that replays it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stateful.repro import render_repro, reported_program, write_repro
+
+PROGRAM_NOTE = """state = DirectMachine()
+pairs_0 = state.start(terminal='bash', name='main')
+turn 1 (agent 0): launch({"terminal": "bash", "session": "main"})
+state.live_pairs_have_private_servers()
+state.repl_start(index=0)
+state.teardown()"""
+
+
+def failure_with_notes(*notes: str) -> AssertionError:
+    failure = AssertionError("python prompt not shown")
+    for text in notes:
+        failure.add_note(text)
+    return failure
+
+
+def test_reported_program_keeps_only_the_steps_of_the_last_run() -> None:
+    earlier = "state = DirectMachine()\nstate.list_every_agent()\nstate.teardown()"
+    program = reported_program(failure_with_notes(earlier, PROGRAM_NOTE, "You can reproduce this test case by ..."))
+    assert program == [
+        "state = DirectMachine()",
+        "pairs_0 = state.start(terminal='bash', name='main')",
+        "state.live_pairs_have_private_servers()",
+        "state.repl_start(index=0)",
+        "state.teardown()",
+    ]
+
+
+def test_no_program_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="no reported program"):
+        render_repro("direct", reported_program(AssertionError("no notes")), AssertionError("x"))
+
+
+def test_rendered_file_is_python_that_names_the_failure() -> None:
+    text = render_repro("sessions", reported_program(failure_with_notes(PROGRAM_NOTE)), failure_with_notes())
+    compile(text, "repro.py", "exec")
+    assert "AssertionError: python prompt not shown" in text
+    assert "TARGET = 'sessions'" in text
+    assert "        state.repl_start(index=0)\n" in text
+    assert "state.teardown()" not in text  # the replay fixture runs it, also after a failure
+
+
+def run_repro(path: Path, *, faults: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "STATEFUL_FAULTS": faults}
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "stateful.e2e", "-p", "stateful.conftest", str(path), "-q", "--poll-deadline", "5",
+         "-p", "no:cacheprovider"],
+        cwd=path.parent, env=env, capture_output=True, text=True, timeout=300,
+    )
+
+
+def test_written_repro_fails_while_the_bug_is_there_and_passes_without_it(tmp_path: Path) -> None:
+    """The file is replayed outside the project, as a server's team would: with the planted fault
+    (Enter is not pressed, so python3 never starts) it fails with the machine's own violation."""
+    path = write_repro(tmp_path, "direct", failure_with_notes(PROGRAM_NOTE))
+    assert path.parent == tmp_path and path.name.startswith("test_repro_direct_")
+
+    healthy = run_repro(path, faults="")
+    assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+    assert "1 passed" in healthy.stdout
+
+    broken = run_repro(path, faults="keys-default-none")
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    assert "ContractViolation: python prompt not shown" in broken.stdout
