@@ -593,6 +593,8 @@ def judge_step(model: SessionModel, calls: Sequence[Call], outputs: Sequence[str
             if first_error is None:
                 first_error = exc
             continue
+        if len(calls) > 1:
+            m = _any_launch_order(model.next_order, m)
         return [replace(found[i], model=m) for i in range(len(calls))]
     assert first_error is not None
     if len(calls) == 1:
@@ -601,6 +603,20 @@ def judge_step(model: SessionModel, calls: Sequence[Call], outputs: Sequence[str
         f"no sequential order of the {len(calls)} concurrent calls explains their outputs; "
         f"in the order issued:\n{first_error}"
     )
+
+
+def _any_launch_order(first: int, model: SessionModel) -> SessionModel:
+    """Launches of one concurrent step register in whatever order they run, not the order that
+    explained their outputs: each pair launched in the step may take any of the step's positions
+    (the next list pins the one it shows)."""
+    step = tuple(range(first, model.next_order))
+    if len(step) < 2:
+        return model
+    for pair in model.pairs:
+        if any(o in step for o in pair.order):
+            earlier = tuple(o for o in pair.order if o < first)
+            model = model._with_pair(replace(pair, order=(*earlier, *step)))
+    return model
 
 
 # --- resource events (§2.4) ---------------------------------------------------------------------

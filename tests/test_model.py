@@ -137,6 +137,23 @@ def test_concurrent_list_may_see_a_launch_or_not() -> None:
         judge_step(EMPTY, [c("list"), launch], [out(listing), launched("bash", "a", "/s/a")])
 
 
+@pytest.mark.parametrize("listed", [["a", "b"], ["b", "a"]])
+def test_concurrent_launches_of_two_pairs_register_in_either_order(listed: list[str]) -> None:
+    """One reply launching two pairs: the server may register them in either order, so the next list
+    may show either (a false alarm seen on the sessions target), and then that order holds."""
+    calls = [c("launch", terminal="bash", session="a"), c("launch", terminal="bash", session="b")]
+    m = judge_step(EMPTY, calls, [launched("bash", "a", "/s/a"), launched("bash", "b", "/s/b")])[0].model
+    listing = [entry("bash", s, f"/s/{s}") for s in listed]
+    m = judge(m, c("list"), out(listing)).model
+    judge(m, c("list"), out(listing))
+    violates(m, c("list"), out(listing[::-1]))
+
+
+def test_sequential_launches_keep_their_order() -> None:
+    m = with_pair(with_pair(EMPTY, s="a", sock="/s/a"), s="b", sock="/s/b")
+    violates(m, c("list"), out([entry("bash", "b", "/s/b"), entry("bash", "a", "/s/a")]))
+
+
 # --- send / read ----------------------------------------------------------------------------------
 
 def test_send_statuses() -> None:
