@@ -4,8 +4,8 @@ For every fault of ``stateful/reference/faults.py`` a *hunt* switches that one f
 (``faults.activated``), builds a fresh target while it is on (the in-process registry for registry,
 tools and tmux faults; the embedded HTTP stack for faults of the sessions API), runs the state machine
 on it with the ``ci`` profile of ``hypothesis.ini`` (its Hypothesis settings and MachineConfig, as
-``stateful/conftest.py`` loads them) and ``database=None`` (hunts never read or write
-``.hypothesis/``), then tears the target down with the fault off again. The test of that fault asserts:
+``stateful/conftest.py`` loads them) and ``database=None`` (hunts never read or write the example
+database in ``.hypothesis/``), then tears the target down with the fault off again. The test of that fault asserts:
 
 * **found**: the run failed (``run_state_machine_as_test`` raised after shrinking);
 * **for the right reason**: the final, shrunk failure is a ``ContractViolation`` (or another check's
@@ -22,10 +22,11 @@ Two things keep the file within its time budget (docs/faults.md has the measurem
 
 * **a shrink budget**: Hypothesis shrinks for up to 300 s (``MAX_SHRINKING_SECONDS`` of its engine,
   not a setting), and one replay of a program costs 1-20 s on real tmux. A hunt lowers that limit to
-  ``SHRINK_BUDGET``: Hypothesis then stops with the smallest failure found so far and replays it as
-  usual. The Hypothesis settings themselves are the ``ci`` profile's, unchanged.
+  its fault's budget (``SHRINK_BUDGET``, more where every failing replay waits out a poll deadline):
+  Hypothesis then stops with the smallest failure found so far and replays it as usual. The
+  Hypothesis settings themselves are the ``ci`` profile's, unchanged.
 * **parallel hunts**: hunts mostly wait for terminals, so ``WORKERS`` of them run at once, each in its
-  own interpreter (``python tests/test_faults.py FAULT TARGET OUT``): a fault switched on in one can
+  own interpreter (``python tests/test_faults.py FAULT TARGET BUDGET OUT``): a fault switched on in one can
   never reach another. Their terminals live under the session's leak-guarded temp root (``TMPDIR``),
   and a hunt's whole process group is ended if it outlives ``HUNT_TIMEOUT``.
 """
@@ -310,8 +311,15 @@ class Hunter:
 
 
 @pytest.fixture(scope="session")
-def hunter(terminal_leak_guard: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hunter]:
-    running = Hunter(terminal_leak_guard, tmp_path_factory.mktemp("fault-hunts"))
+def hunter(request: pytest.FixtureRequest, terminal_leak_guard: str,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hunter]:
+    """All the hunts that the selected tests need, started at once (``-k`` picks fewer)."""
+    wanted = {item.callspec.params["plant"].fault for item in request.session.items
+              if item.originalname == "test_machine_finds_fault"}
+    if any(item.originalname == "test_control_without_fault_passes" for item in request.session.items):
+        wanted.add(CONTROL.fault)
+    plants = [p for p in [*PLANTS, CONTROL] if p.fault in wanted]
+    running = Hunter(terminal_leak_guard, tmp_path_factory.mktemp("fault-hunts"), plants)
     try:
         yield running
     finally:
