@@ -391,6 +391,10 @@ class TerminalMachine(RuleBasedStateMachine):
                     refs.append(PairRef(a.index, p.terminal, p.session))
         return refs
 
+    def _live_refs(self) -> list[PairRef]:
+        """Every live pair of every agent session, in a deterministic order."""
+        return [PairRef(a.index, p.terminal, p.session) for a in self.live for p in a.model.alive()]
+
     def _pick(self, index: int, mode: str, terminal: str | None = None) -> PairRef:
         refs = self._eligible(mode, terminal)
         return refs[index % len(refs)]
@@ -734,6 +738,35 @@ class TerminalMachine(RuleBasedStateMachine):
         a = self._agent(other)
         args = _pair_args(pair, text="", keys="") if tool == SEND else _pair_args(pair)
         self._turn(a, [[_call(tool, args)]])
+
+    @precondition(lambda self: bool(self._live_refs()) and (len(self.live) > 1 or len(self.live) < self.cfg.max_agents))
+    @rule(target=pairs, index=PICK, other=AGENT, tool=st.sampled_from((LAUNCH, SEND, READ, CLOSE)))
+    def cross_session(self, index: int, other: int, tool: str) -> PairRef:
+        """A LIVE pair's names used from another agent session (opened here if there is none): that
+        session must not see, type into, read or close it, and a launch there starts its own process."""
+        ref = self._live_refs()[index % len(self._live_refs())]
+        if len(self.live) < 2:
+            self._open_agent()
+        others = [a for a in self.live if a.index != ref.agent]
+        a = others[other % len(others)]
+        args = _pair_args(ref, text="", keys="") if tool == SEND else _pair_args(ref)
+        self._turn(a, [[_call(tool, args)], self._list_step()] if tool in (LAUNCH, CLOSE) else [[_call(tool, args)]])
+        event(f"cross-session: {tool.removeprefix('sys_terminal_')} of a live pair of another session")
+        return PairRef(a.index, ref.terminal, ref.session)
+
+    @precondition(lambda self: bool(self._live_refs()))
+    @rule(target=pairs, index=PICK, how=st.sampled_from(gen.ID_SIBLINGS), deco=gen.decorations())
+    def id_sibling(self, index: int, how: str, deco: gen.Decoration) -> PairRef:
+        """Launch, next to a live pair, a pair whose key gives the same resource id (``"x"`` and
+        ``" x "``): both live at once, so the server must disambiguate (§2.4, checked on the events
+        and the /resources/terminals view)."""
+        ref = self._live_refs()[index % len(self._live_refs())]
+        sibling = PairRef(ref.agent, ref.terminal, gen.id_sibling(ref.session, how))
+        a = self._agent(ref.agent)
+        self._turn(a, [[_call(LAUNCH, _pair_args(sibling), deco)], self._list_step()])
+        self._check_view(a)
+        event(f"id sibling: {how}")
+        return sibling
 
     @precondition(lambda self: bool(self.bundle("pairs")))
     @rule(refs=st.lists(pairs, min_size=2, max_size=4), ops=gen.concurrency())

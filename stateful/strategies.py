@@ -30,6 +30,8 @@ __all__ = [
     "BadCall",
     "session_names",
     "undeclared_terminals",
+    "ID_SIBLINGS",
+    "id_sibling",
     "decorations",
     "send_plans",
     "payloads",
@@ -69,6 +71,29 @@ def session_names(draw: st.DrawFn) -> str:
     if kind < 9:
         return draw(st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=16))
     return draw(st.sampled_from("ab-é;:")) * draw(st.integers(60, 1500))
+
+
+ID_SIBLINGS = ("padded", "underscored", "punctuated", "swapped")
+"""Ways to write another session key with the same resource id (CONTRACT §2.4: ``safe`` maps every
+run of characters outside ``[A-Za-z0-9_.-]`` to one ``_`` and strips ``_`` from both ends)."""
+
+
+def id_sibling(session: str, how: str) -> str:
+    """A key other than ``session`` whose resource id is the same (a pure function of both).
+
+    ``padded`` adds spaces at both ends, ``underscored`` adds ``_`` at both ends, ``punctuated`` adds a
+    ``!`` at the end; ``swapped`` writes every unsafe character as ``:`` (or as ``;`` if it was ``:``),
+    and pads with ``#`` when there is none to swap.
+    """
+    if how == "padded":
+        return f" {session} "
+    if how == "underscored":
+        return f"_{session}_"
+    if how == "punctuated":
+        return f"{session}!"
+    swapped = "".join(
+        c if c.isascii() and (c.isalnum() or c in "_.-") else (";" if c == ":" else ":") for c in session)
+    return swapped if swapped != session else f"#{session}#"
 
 
 def undeclared_terminals() -> st.SearchStrategy[str]:

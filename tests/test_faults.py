@@ -205,34 +205,23 @@ ALTERED = r"the text did not arrive as written|output \w+ not shown"
 PLANTS = [  # slowest hunts first (they start first)
     Plant("close-leaks-server", "direct", r"was closed, but its tmux server at \S+ still runs", budget=280),
     Plant("close-event-lost", "direct", r"resource events missing .*deleted for", budget=280),
+    Plant("trailing-semicolon", "direct", ALTERED, budget=200),
+    Plant("long-text-cut", "direct", ALTERED, budget=150),
+    Plant("double-launch", "direct", r"no sequential order of the \d+ concurrent calls explains their outputs",
+          budget=150),
     Plant("exit-not-reaped", "direct", r"to be removed from list after its exit", budget=150),
     Plant("closed-still-listed", "direct", r"which is not registered in this session"),
-    Plant("trailing-semicolon", "direct", ALTERED),
-    Plant("long-text-cut", "direct", ALTERED, budget=100),
-    Plant("double-launch", "direct", r"no sequential order of the \d+ concurrent calls explains their outputs"),
     Plant("prefix-match", "direct", NOT_FOUND),
     Plant("extra-key-rejected", "direct", r"output: \{\"error\": \"unexpected argument"),
     Plant("keys-default-none", "direct", r"not shown in PairRef"),
     Plant("scrollback-bool", "direct", r"scrollback (True|False) is not a non-negative integer"),
     Plant("scrollback-ignored", "direct", r"which scrolled out of the visible rows: the history must still hold it"),
     Plant("list-sorted", "direct", r"list is not in launch order|list must start with the baseline"),
+    Plant("cross-session", "direct", NOT_FOUND),
+    Plant("resource-id-collision", "direct", r"ids must be unique among live terminals"),
     Plant("items-page-gap", "sessions", r"items pagination is not exact|first_id/last_id do not name the page's ends"),
 ]
-GAPS = {
-    "cross-session": (
-        "direct", NOT_FOUND,
-        "not found in the ci programs: only another_agent(same_pair=True) and other_agent cross sessions, "
-        "the first only when drawn True and while the first session's first pair still lives, the second "
-        "picks the other session modulo the sessions open (often the pair's own); a rule that always "
-        "addresses a live pair of one session from another session would find it in every program"),
-    "resource-id-collision": (
-        "direct", r"ids must be unique among live terminals",
-        "not found in the ci programs: it needs two live pairs of one session whose ids collide; "
-        "near_name(variant='padded', tool=launch) does exactly that (' x ' has the id of 'x') but the ci "
-        "programs never draw that combination, and colliding pool names are launched side by side by "
-        "chance only (about 2-3% per pair of live pairs); a rule that launches a same-id sibling of a "
-        "live pair would find it in every program"),
-}
+GAPS: dict[str, tuple[str, str, str]] = {}
 """Faults the machine does not find with the ci profile: out of the suite, not hidden (docs/faults.md).
 Each is ``fault: (target, reason, why)``; hunt one by hand with
 ``python tests/test_faults.py FAULT TARGET BUDGET OUT.json`` (then read OUT.json)."""

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from stateful import checks
 from stateful import strategies as gen
-from stateful.model import Call, SessionModel, judge
+from stateful.model import Call, SessionModel, judge, resource_base_id
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -157,3 +157,16 @@ def test_rule_arguments_print_on_one_line_as_python(values: tuple[object, ...]) 
         text = pretty.pretty(value)
         assert "\n" not in text
         assert eval(text, namespace) == value  # noqa: S307 - our own reprs
+
+
+@FAST
+@given(gen.session_names(), st.sampled_from(gen.ID_SIBLINGS))
+def test_id_sibling_is_another_key_with_the_same_resource_id(name: str, how: str) -> None:
+    sibling = gen.id_sibling(name, how)
+    assert sibling != name
+    assert resource_base_id("bash", sibling) == resource_base_id("bash", name)
+
+
+def test_id_siblings_of_a_pool_name() -> None:
+    assert [gen.id_sibling("a b", how) for how in gen.ID_SIBLINGS] == [" a b ", "_a b_", "a b!", "a:b"]
+    assert gen.id_sibling("a:b", "swapped") == "a;b" and gen.id_sibling("main", "swapped") == "#main#"
