@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import pytest
 
@@ -62,3 +64,64 @@ def test_a_hang_report_names_the_step_the_place_and_the_panes() -> None:
                        detail="1 of 1 calls still running", panes={"bash:x": "$ sleep 1000\n"})
     text = str(hang)
     assert "step 2" in text and "http://127.0.0.1:1" in text and "| $ sleep 1000" in text
+
+
+# -- the sessions target's per-step timeout ---------------------------------------------------------
+
+SLOW_S = 2.0
+"""How long a call marked ``slow`` takes (a slow tool, not a synchronisation)."""
+
+
+@pytest.fixture
+def gated_stack() -> Iterator[tuple[object, threading.Event]]:
+    """The embedded stack whose tools take ``SLOW_S`` for a call with the extra key ``slow`` and
+    block until the test ends for one with the key ``hang`` (both keys are ignored otherwise)."""
+    from stateful.reference.stack import EmbeddedStack, ToolBackend, real_tool_backend
+
+    release = threading.Event()
+
+    def backend(on_event: Callable[[Any], None]) -> ToolBackend:
+        real = real_tool_backend(on_event)
+
+        def bind(session_id: str, terminals: Mapping[str, Any]) -> Callable[[str, str], str]:
+            run = real.bind(session_id, terminals)
+
+            def gated(name: str, arguments: str) -> str:
+                keys = json.loads(arguments)
+                if "hang" in keys:
+                    release.wait(timeout=120)
+                elif "slow" in keys:
+                    release.wait(timeout=SLOW_S)
+                return run(name, arguments)
+
+            return gated
+
+        return ToolBackend(registry=real.registry, bind=bind, schemas=real.schemas)
+
+    with EmbeddedStack(backend=backend) as stack:
+        try:
+            yield stack, release
+        finally:
+            release.set()
+
+
+def test_the_sessions_timeout_is_per_step_and_a_hang_names_its_step(
+        gated_stack: tuple[Any, threading.Event]) -> None:
+    from stateful.targets.sessions import SessionsTarget
+
+    stack, release = gated_stack
+    target = SessionsTarget(stack.server_url, stack.mock_llm_url, stack.runner_id)
+    try:
+        session = target.open_session()
+        # three steps of SLOW_S each: the turn takes longer than one step's timeout, no step does
+        slow = [[call("list", slow=True)]] * 3
+        outs = session.run_turn(slow, step_timeout=SLOW_S + 3)
+        assert [json.loads(step[0]) for step in outs] == [[], [], []]
+        with pytest.raises(StepTimeout) as hang:
+            session.run_turn([[call("list")], [call("list", hang=True)], [call("list")]], step_timeout=2)
+        assert hang.value.step_index == 1 and hang.value.calls == [call("list", hang=True)]
+        assert stack.server_url in str(hang.value) and "HANG: step 1" in str(hang.value)
+        release.set()  # the stuck tool returns: the interrupted turn ends, the session can go
+        session.delete()
+    finally:
+        target.close()

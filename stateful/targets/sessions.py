@@ -47,6 +47,8 @@ SH_TERMINAL = {"command": "bash", "args": ["--norc", "--noprofile"],
 PAGE_SIZES = (7, 2, 1000, 3, 1)
 """Page sizes cycled by the incremental item fetch (small ones make many pages)."""
 SETUP_TIMEOUT = 60.0
+PROGRESS_EVERY = 2.0
+"""Seconds between checks of a running turn's progress (which steps have all their outputs)."""
 
 
 class HttpSession(AgentSession):
@@ -115,12 +117,7 @@ class HttpSession(AgentSession):
             response_id = send_user_message_to_session(client, session_id=self.session_id, content=f"turn {tag}")
         except (httpx.HTTPError, AssertionError) as exc:
             raise TargetError(f"starting turn {tag} on {self._t.where}: {exc}") from exc
-        timeout = step_timeout * max(1, len(steps))
-        try:
-            outcome = poll_session_until_terminal(client, session_id=self.session_id,
-                                                  response_id=response_id, timeout=timeout)
-        except TurnTimeout as exc:
-            raise self._hang(steps, ids, step_timeout, str(exc)) from None
+        outcome = self._await_turn(steps, ids, response_id, step_timeout)
         self._fetch_new()
         outputs: dict[str, list[str]] = {}
         calls: dict[str, list[str]] = {}
@@ -147,6 +144,36 @@ class HttpSession(AgentSession):
                 row.append(got[0])
             result.append(row)
         return result
+
+    def _await_turn(self, steps: Sequence[Step], ids: list[list[str]], response_id: str,
+                    step_timeout: float) -> dict[str, Any]:
+        """Poll until the turn ends; the timeout is per step: each step that finishes (all of its
+        calls have outputs) gives the next one ``step_timeout`` seconds, and a step that does not
+        finish within that time is reported as a hang."""
+        finished, deadline = 0, time.monotonic() + step_timeout
+        while True:
+            window = max(0.05, min(PROGRESS_EVERY, deadline - time.monotonic()))
+            try:
+                return poll_session_until_terminal(self._t.client, session_id=self.session_id,
+                                                   response_id=response_id, timeout=window)
+            except TurnTimeout as exc:
+                last = str(exc)
+            now_finished = self._steps_finished(ids)
+            if now_finished > finished:
+                finished, deadline = now_finished, time.monotonic() + step_timeout
+            elif time.monotonic() >= deadline:
+                raise self._hang(steps, ids, step_timeout, last)
+
+    def _steps_finished(self, ids: list[list[str]]) -> int:
+        """How many leading steps of the running turn have every output (one peek, items not kept)."""
+        params: dict[str, Any] = {"order": "asc", "limit": 1000}
+        if self._items:
+            params["after"] = self._items[-1]["id"]
+        page = self._get(f"/v1/sessions/{self.session_id}/items", **params)
+        data = page.get("data") if isinstance(page, Mapping) else None
+        have = {i.get("call_id") for i in [*self._items, *(data if isinstance(data, list) else [])]
+                if isinstance(i, Mapping) and i.get("type") == "function_call_output"}
+        return next((s for s, cids in enumerate(ids) if any(c not in have for c in cids)), len(ids))
 
     def _hang(self, steps: Sequence[Step], ids: list[list[str]], timeout: float, detail: str) -> StepTimeout:
         """Which step hangs (the first with a call lacking its output), and stop the turn."""
