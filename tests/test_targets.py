@@ -125,3 +125,15 @@ def test_the_sessions_timeout_is_per_step_and_a_hang_names_its_step(
         session.delete()
     finally:
         target.close()
+
+
+def test_recorded_arguments_must_be_the_ones_sent() -> None:
+    from stateful.targets.sessions import same_arguments
+
+    sent = '{"terminal": "bash", "session": "a", "x": NaN}'
+    assert same_arguments(sent, '{"session":"a","terminal":"bash","x":NaN}')  # re-serialised: the same
+    assert not same_arguments(sent, '{"terminal": "bash", "session": "b", "x": NaN}')
+    assert not same_arguments(sent, '{"terminal": "bash", "session": "a"}')
+    assert not same_arguments(sent, None) and not same_arguments(sent, "{")
+    assert same_arguments("{", "{}") and same_arguments("[]", "[]")  # not an object: the harness decides
+    assert not same_arguments("{", None)

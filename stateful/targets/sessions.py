@@ -14,6 +14,7 @@ otherwise show up as a missing tool output far from its cause. Resource events a
 from __future__ import annotations
 
 import itertools
+import json
 import secrets
 import time
 from collections.abc import Mapping, Sequence
@@ -49,6 +50,28 @@ PAGE_SIZES = (7, 2, 1000, 3, 1)
 SETUP_TIMEOUT = 60.0
 PROGRESS_EVERY = 2.0
 """Seconds between checks of a running turn's progress (which steps have all their outputs)."""
+
+
+def same_arguments(sent: str, recorded: Any) -> bool:
+    """Whether a ``function_call`` item records the arguments the model sent (§2.7, §4).
+
+    A server may re-serialise them, so JSON objects are compared as values (canonical dumps, so that
+    ``NaN`` equals itself); what is not a JSON object (malformed, an array) may be recorded as the
+    harness saw fit (§1: it may turn it into ``{}``), as long as it is a string.
+    """
+    if not isinstance(recorded, str):
+        return False
+    try:
+        value = json.loads(sent)
+    except ValueError:
+        return True
+    if not isinstance(value, dict):
+        return True
+    try:
+        again = json.loads(recorded)
+    except ValueError:
+        return False
+    return json.dumps(value, sort_keys=True) == json.dumps(again, sort_keys=True)
 
 
 class HttpSession(AgentSession):
@@ -121,11 +144,13 @@ class HttpSession(AgentSession):
         self._fetch_new()
         outputs: dict[str, list[str]] = {}
         calls: dict[str, list[str]] = {}
+        arguments: dict[str, Any] = {}
         for item in self._items:
             if item.get("type") == "function_call_output":
                 outputs.setdefault(item.get("call_id"), []).append(item.get("output"))
             elif item.get("type") == "function_call":
                 calls.setdefault(item.get("call_id"), []).append(item.get("name"))
+                arguments[item.get("call_id")] = item.get("arguments")
         if outcome.get("status") != "completed":
             done = sum(1 for cids in ids for c in cids if c in outputs)
             raise TargetError(f"turn {tag} on {self._t.where} ended {outcome.get('status')}: "
@@ -141,6 +166,9 @@ class HttpSession(AgentSession):
                 if calls.get(cid) != [call.tool]:
                     raise ContractViolation(f"call_id {cid}: function_call items {calls.get(cid)!r}, "
                                             f"expected one naming {call.tool!r}")
+                if not same_arguments(call.arguments, arguments.get(cid)):
+                    raise ContractViolation(f"call_id {cid}: the function_call item records arguments "
+                                            f"{arguments.get(cid)!r}, but the model sent {call.arguments!r}")
                 row.append(got[0])
             result.append(row)
         return result
