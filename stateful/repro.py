@@ -14,6 +14,7 @@ The program's values print as constructor calls of the machine's own argument ty
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import hashlib
 import re
@@ -24,6 +25,8 @@ from pathlib import Path
 from stateful import machine as _machine
 from stateful import strategies as _strategies
 
+MAX_STEP_LINES = 200
+"""The most lines one reported step is joined from."""
 STEP = re.compile(r"^(?:\w+(?:, *\w+)* = )?state(?:\.\w+\(| = \w+\(\))")
 """A line of the program Hypothesis reports (and nothing of the notes around it)."""
 
@@ -42,15 +45,40 @@ globals().update(_argument_types())
 __all__ = ["reported_program", "write_repro", *sorted(_argument_types())]
 
 
+def _parses(code: str) -> bool:
+    try:
+        ast.parse(code)
+    except SyntaxError:
+        return False
+    return True
+
+
 def reported_program(failure: BaseException) -> list[str]:
-    """The minimal program Hypothesis attached to ``failure`` (its notes), one line per step."""
+    """The minimal program Hypothesis attached to ``failure`` (its notes), one line per step.
+
+    A step whose arguments the pretty printer broke over several lines (the machine's own types
+    print on one, a long list may not) is joined back into one line: the lines that follow it are
+    taken until the step parses as Python (at most ``MAX_STEP_LINES``).
+    """
+    lines = [line for note in getattr(failure, "__notes__", ()) for line in str(note).splitlines()]
     program: list[str] = []
-    for note in getattr(failure, "__notes__", ()):
-        for line in str(note).splitlines():
-            if STEP.match(line):
-                if line.startswith("state = "):
-                    program = []  # a new run of the program starts
-                program.append(line)
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        i += 1
+        if not STEP.match(line):
+            continue
+        step, used = line, 0
+        while not _parses(step) and used < MAX_STEP_LINES and i + used < len(lines):
+            step += " " + lines[i + used].strip()
+            used += 1
+        if _parses(step):
+            i += used
+        else:
+            step = line  # kept as reported: render_repro refuses a program that does not parse
+        if step.startswith("state = "):
+            program = []  # a new run of the program starts
+        program.append(step)
     return program
 
 
@@ -65,6 +93,9 @@ def render_repro(target: str, program: list[str], failure: BaseException) -> str
     if not program or not program[0].startswith("state = "):
         raise ValueError("no reported program to write (did the final run report its steps?)")
     body = [line for line in program[1:] if line != "state.teardown()"]
+    broken = [line for line in body if not _parses(line)]
+    if broken:
+        raise ValueError(f"a reported step is not one line of Python: {broken[0][:300]!r}")
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     summary = textwrap.indent(_summary(failure).replace('"""', "'''").replace("\\", "\\\\"), "    ")
     steps = textwrap.indent("\n".join(body) or "pass", "        ")

@@ -38,6 +38,27 @@ def test_reported_program_keeps_only_the_steps_of_the_last_run() -> None:
     ]
 
 
+def test_a_step_printed_over_several_lines_is_joined_into_one() -> None:
+    note = """state = DirectMachine()
+pairs_0 = state.start(terminal='bash', name='main')
+state.concurrent(ops=['list',
+     'read'],
+    refs=[pairs_0,
+     pairs_0])
+state.exit_shell(index=0, relaunch='no', window=[])
+state.teardown()"""
+    program = reported_program(failure_with_notes(note))
+    assert program[2] == "state.concurrent(ops=['list', 'read'], refs=[pairs_0, pairs_0])"
+    assert program[3:] == ["state.exit_shell(index=0, relaunch='no', window=[])", "state.teardown()"]
+
+
+def test_a_step_that_is_not_python_is_a_clear_error() -> None:
+    program = reported_program(failure_with_notes("state = DirectMachine()\nstate.read(pair=<object at 0x1>)"))
+    assert program[1] == "state.read(pair=<object at 0x1>)"  # kept as reported, then refused
+    with pytest.raises(ValueError, match="not one line of Python"):
+        render_repro("direct", program, AssertionError("x"))
+
+
 def test_no_program_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="no reported program"):
         render_repro("direct", reported_program(AssertionError("no notes")), AssertionError("x"))
