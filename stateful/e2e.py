@@ -20,7 +20,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -211,18 +211,41 @@ def _text_of(item: Mapping[str, Any]) -> str:
     )
 
 
+def _role(item: Mapping[str, Any]) -> Any:
+    data = item.get("data") if isinstance(item.get("data"), Mapping) else item
+    return data.get("role")
+
+
+def turn_items(items: Sequence[Mapping[str, Any]], response_id: str) -> list[Mapping[str, Any]]:
+    """The items of the turn ``response_id`` (snapshot-nested or flat items, oldest first).
+
+    The contract only says the turn's user message carries ``response_id`` (§2.6). This stack tags
+    every item of the turn with it; omnigent tags the items the turn produces (calls, outputs, the
+    reply) with an id of its own. So a turn's items are those tagged with ``response_id`` and those
+    that follow its user message up to the next user message, unless tagged with another turn's id.
+    """
+    users = [n for n, i in enumerate(items) if i.get("type") == "message" and _role(i) == "user"]
+    other_turns = {items[n].get("response_id") for n in users} - {response_id}
+    start = next((n for n in users if items[n].get("response_id") == response_id), None)
+    window: set[int] = set()
+    if start is not None:
+        for n in range(start + 1, len(items)):
+            if n in users:
+                break
+            if items[n].get("response_id") not in other_turns:
+                window.add(n)
+    return [i for n, i in enumerate(items) if n in window or i.get("response_id") == response_id]
+
+
 def turn_outcome(snapshot: Mapping[str, Any], response_id: str) -> dict[str, Any] | None:
     """The turn's outcome as far as a snapshot shows it, or None while it has not ended.
 
     A turn has ended when its user message is present and the session is no longer running (idle and
-    an assistant reply of the turn: completed; failed: failed). A server may add ``responses`` (per-turn outcomes; this stack does),
+    an assistant reply among the turn's items, see :func:`turn_items`: completed; failed: failed). A server may add ``responses`` (per-turn outcomes; this stack does),
     which also settles turns that a queued turn has already followed.
     """
-    items = [i for i in snapshot.get("items") or [] if i.get("response_id") == response_id]
-    assistant = [
-        i for i in items
-        if i.get("type") == "message" and (i.get("data") or i).get("role") == "assistant"
-    ]
+    items = turn_items(snapshot.get("items") or [], response_id)
+    assistant = [i for i in items if i.get("type") == "message" and _role(i) == "assistant"]
     output = _text_of(assistant[-1]) if assistant else ""
     known = (snapshot.get("responses") or {}).get(response_id)
     if isinstance(known, Mapping) and known.get("status") in ("completed", "failed"):
@@ -268,10 +291,9 @@ def session_items(client: httpx.Client, session_id: str, *, page_size: int = 100
 def tool_outputs(client: httpx.Client, session_id: str, response_id: str | None = None) -> list[dict[str, Any]]:
     """The ``function_call_output`` items (optionally of one turn), oldest first, outputs parsed."""
     outputs = []
-    for item in session_items(client, session_id):
-        if item.get("type") == "function_call_output" and (
-            response_id is None or item.get("response_id") == response_id
-        ):
+    items = session_items(client, session_id)
+    for item in items if response_id is None else turn_items(items, response_id):
+        if item.get("type") == "function_call_output":
             try:
                 parsed = json.loads(item["output"])
             except (TypeError, ValueError):

@@ -31,6 +31,8 @@ from stateful.e2e import (
     send_user_message_to_session,
     session_items,
     unique_name,
+    turn_items,
+    turn_outcome,
 )
 from stateful.reference import faults
 from stateful.reference.agent import LoopSettings
@@ -622,3 +624,33 @@ def test_scenarios_run_unchanged_against_an_external_server(terminal_leak_guard:
             if process.poll() is None:
                 process.kill()
                 process.wait()
+
+
+# -- which items belong to a turn (servers tag them differently) --------------------------------------
+
+
+def _msg(role: str, rid: str, text: str = "") -> dict[str, Any]:
+    return {"type": "message", "response_id": rid, "data": {"role": role, "content": text}}
+
+
+def test_turn_items_tagged_with_the_turn_id_as_this_stack_does() -> None:
+    items = [_msg("user", "r1"), {"type": "function_call_output", "response_id": "r1", "call_id": "a"},
+             _msg("user", "r2"),  # queued while r1 still runs
+             _msg("assistant", "r1", "done 1"), _msg("assistant", "r2", "done 2")]
+    assert turn_items(items, "r1") == [items[0], items[1], items[3]]
+    assert turn_items(items, "r2") == [items[2], items[4]]
+    assert turn_outcome({"status": "idle", "items": items}, "r1")["output"] == "done 1"
+
+
+def test_turn_items_tagged_with_another_id_as_omnigent_does() -> None:
+    # omnigent: the user message carries turn_<hex>, what the turn produces carries resp_<hex>
+    items = [_msg("user", "turn_1"), {"type": "function_call", "response_id": "resp_1", "call_id": "a"},
+             {"type": "function_call_output", "response_id": "resp_1", "call_id": "a"},
+             _msg("assistant", "resp_1", "one"), _msg("user", "turn_2"), _msg("assistant", "resp_2", "two")]
+    assert turn_items(items, "turn_1") == items[:4]
+    assert turn_outcome({"status": "idle", "items": items}, "turn_1") == {
+        "id": "turn_1", "status": "completed", "output": "one", "error": None}
+    assert turn_outcome({"status": "idle", "items": items}, "turn_2")["output"] == "two"
+    assert turn_outcome({"status": "running", "items": items[:3]}, "turn_1") is None
+    assert turn_outcome({"status": "idle", "items": items[:1]}, "turn_1") is None  # not started yet
+    assert turn_items(items, "turn_9") == []

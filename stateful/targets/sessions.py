@@ -209,12 +209,16 @@ class HttpSession(AgentSession):
         try:
             self._fetch_new()
             have = {i.get("call_id") for i in self._items if i.get("type") == "function_call_output"}
-            pending = next((s for s, cids in enumerate(ids) if any(c not in have for c in cids)), len(steps) - 1)
+            pending = next((s for s, cids in enumerate(ids) if any(c not in have for c in cids)), len(steps))
             self._t.client.post(f"/v1/sessions/{self.session_id}/events", json={"type": "interrupt"})
         except Exception as exc:  # the report matters more than this detail
             detail += f" (while inspecting the hang: {exc})"
-        return StepTimeout(pending, list(steps[pending]), timeout, self._t.where,
-                           detail=f"session {self.session_id}: {detail}"[:2000])
+        if pending == len(steps):
+            # Every call has its output: what did not end is the turn itself (its final text reply).
+            detail = ("every call of the turn has its output, but the turn did not end after the model's "
+                      f"final text reply; {detail}")
+        calls = list(steps[pending]) if pending < len(steps) else []
+        return StepTimeout(pending, calls, timeout, self._t.where, detail=f"session {self.session_id}: {detail}"[:2000])
 
     def events(self) -> list[EventView]:
         self._fetch_new()
