@@ -74,6 +74,11 @@ def same_arguments(sent: str, recorded: Any) -> bool:
     return json.dumps(value, sort_keys=True) == json.dumps(again, sort_keys=True)
 
 
+def _steps_done(ids: list[list[str]], have: set[Any]) -> int:
+    """How many leading steps have an output for every call id (``have``: the call ids with one)."""
+    return next((s for s, cids in enumerate(ids) if any(c not in have for c in cids)), len(ids))
+
+
 class HttpSession(AgentSession):
     def __init__(self, target: SessionsTarget, session_id: str, model: str) -> None:
         self._t = target
@@ -201,7 +206,7 @@ class HttpSession(AgentSession):
         data = page.get("data") if isinstance(page, Mapping) else None
         have = {i.get("call_id") for i in [*self._items, *(data if isinstance(data, list) else [])]
                 if isinstance(i, Mapping) and i.get("type") == "function_call_output"}
-        return next((s for s, cids in enumerate(ids) if any(c not in have for c in cids)), len(ids))
+        return _steps_done(ids, have)
 
     def _hang(self, steps: Sequence[Step], ids: list[list[str]], timeout: float, detail: str) -> StepTimeout:
         """Which step hangs (the first with a call lacking its output), and stop the turn."""
@@ -209,7 +214,7 @@ class HttpSession(AgentSession):
         try:
             self._fetch_new()
             have = {i.get("call_id") for i in self._items if i.get("type") == "function_call_output"}
-            pending = next((s for s, cids in enumerate(ids) if any(c not in have for c in cids)), len(steps))
+            pending = _steps_done(ids, have)
             self._t.client.post(f"/v1/sessions/{self.session_id}/events", json={"type": "interrupt"})
         except Exception as exc:  # the report matters more than this detail
             detail += f" (while inspecting the hang: {exc})"
