@@ -224,9 +224,9 @@ def turn_items(items: Sequence[Mapping[str, Any]], response_id: str) -> list[Map
     reply) with an id of its own. So a turn's items are those tagged with ``response_id`` and those
     that follow its user message up to the next user message, unless tagged with another turn's id.
     """
-    users = [n for n, i in enumerate(items) if i.get("type") == "message" and _role(i) == "user"]
+    users = {n for n, i in enumerate(items) if i.get("type") == "message" and _role(i) == "user"}
     other_turns = {items[n].get("response_id") for n in users} - {response_id}
-    start = next((n for n in users if items[n].get("response_id") == response_id), None)
+    start = min((n for n in users if items[n].get("response_id") == response_id), default=None)
     window: set[int] = set()
     if start is not None:
         for n in range(start + 1, len(items)):

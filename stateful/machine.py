@@ -744,7 +744,8 @@ class TerminalMachine(RuleBasedStateMachine):
     def cross_session(self, index: int, other: int, tool: str) -> PairRef:
         """A LIVE pair's names used from another agent session (opened here if there is none): that
         session must not see, type into, read or close it, and a launch there starts its own process."""
-        ref = self._live_refs()[index % len(self._live_refs())]
+        live = self._live_refs()
+        ref = live[index % len(live)]
         if len(self.live) < 2:
             self._open_agent()
         others = [a for a in self.live if a.index != ref.agent]
@@ -760,7 +761,8 @@ class TerminalMachine(RuleBasedStateMachine):
         """Launch, next to a live pair, a pair whose key gives the same resource id (``"x"`` and
         ``" x "``): both live at once, so the server must disambiguate (§2.4, checked on the events
         and the /resources/terminals view)."""
-        ref = self._live_refs()[index % len(self._live_refs())]
+        live = self._live_refs()
+        ref = live[index % len(live)]
         sibling = PairRef(ref.agent, ref.terminal, gen.id_sibling(ref.session, how))
         a = self._agent(ref.agent)
         self._turn(a, [[_call(LAUNCH, _pair_args(sibling), deco)], self._list_step()])

@@ -52,6 +52,16 @@ PROGRESS_EVERY = 2.0
 """Seconds between checks of a running turn's progress (which steps have all their outputs)."""
 
 
+_NOT_JSON = object()
+
+
+def _json_or_not(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return _NOT_JSON
+
+
 def same_arguments(sent: str, recorded: Any) -> bool:
     """Whether a ``function_call`` item records the arguments the model sent (§2.7, §4).
 
@@ -61,17 +71,11 @@ def same_arguments(sent: str, recorded: Any) -> bool:
     """
     if not isinstance(recorded, str):
         return False
-    try:
-        value = json.loads(sent)
-    except ValueError:
-        return True
+    value = _json_or_not(sent)
     if not isinstance(value, dict):
         return True
-    try:
-        again = json.loads(recorded)
-    except ValueError:
-        return False
-    return json.dumps(value, sort_keys=True) == json.dumps(again, sort_keys=True)
+    again = _json_or_not(recorded)
+    return isinstance(again, dict) and json.dumps(value, sort_keys=True) == json.dumps(again, sort_keys=True)
 
 
 def _steps_done(ids: list[list[str]], have: set[Any]) -> int:
