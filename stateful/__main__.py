@@ -1,4 +1,5 @@
-"""``python -m stateful serve``: run the embedded reference stack until SIGINT/SIGTERM.
+"""``python -m stateful serve``: run the embedded reference stack until SIGINT/SIGTERM;
+``python -m stateful clauses``: list the contract's clauses.
 
 Prints exactly one JSON line on stdout once both servers answer::
 
@@ -59,7 +60,23 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("STATEFUL_SERVER_TOKEN") or None,
         help="bearer token the sessions API requires (required off loopback; env STATEFUL_SERVER_TOKEN)",
     )
+    clauses = commands.add_parser("clauses", help="list the contract's clauses that violations name")
+    clauses.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
     return parser
+
+
+def list_clauses(args: argparse.Namespace) -> int:
+    """Every clause id with its section and rule: the names violations, repros and reports use."""
+    from stateful.clauses import CLAUSES
+
+    lines = [json.dumps({"id": c.id, "section": c.section, "rule": c.rule, "exception": c.violation.__name__})
+             if args.json else f"{c.id:<26} {c.section:<10} {c.rule}" for c in CLAUSES.values()]
+    try:
+        sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:  # e.g. piped into head: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
 
 
 def _wait_until_answering(urls: Sequence[str], token: str | None) -> None:
@@ -103,6 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return serve(args)
+    if args.command == "clauses":
+        return list_clauses(args)
     return EXIT_USAGE  # pragma: no cover - argparse rejects unknown commands
 
 

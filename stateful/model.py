@@ -27,7 +27,9 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Any
+from typing import Any, NoReturn
+
+from stateful.clauses import ContractViolation, fail
 
 __all__ = [
     "ContractViolation",
@@ -67,18 +69,24 @@ ERR_TEXT = {"error": "'text' must be a string if provided"}
 ERR_KEYS = {"error": "'keys' must be a string if provided"}
 ERR_SCROLLBACK = {"error": "'scrollback' must be a non-negative integer"}
 SENT = {"status": "sent"}
+_NOT_JSON = object()
+"""What an unparsable JSON text stands for (JSON has no value that is this object)."""
 
 KNOWN_KEYS = frozenset({"Enter", "C-c", "C-u", "C-m", "Escape", "Space", "BSpace", "Tab", "Up", "Down"})
 """Key names the model knows tmux accepts; any other name may be rejected or typed (contract "may")."""
 
+NAMED_KEYS: dict[str, set[str]] = {
+    "sys_terminal_launch": {"terminal", "session", "cwd", "sandbox"},
+    "sys_terminal_send": {"terminal", "session", "text", "keys"},
+    "sys_terminal_read": {"terminal", "session", "scrollback"},
+    "sys_terminal_list": set(),
+    "sys_terminal_close": {"terminal", "session"},
+}
+"""The argument keys each tool names (§1); any other key must be ignored."""
 LAUNCH_KEYS = frozenset({"terminal", "session", "tmux_socket", "has_os_env", "status"})
 READ_KEYS = frozenset({"terminal", "screen", "scrollback_lines"})
 LIST_KEYS = frozenset({"terminal", "session", "command", "running", "has_os_env", "tmux_socket"})
 CLOSE_KEYS = frozenset({"terminal", "session", "status"})
-
-
-class ContractViolation(AssertionError):
-    """An observed behaviour that the contract forbids; the message says what and why."""
 
 
 def err_not_found(terminal: str, session: str) -> dict[str, str]:
@@ -221,20 +229,28 @@ class Judgement:
     """The parsed output."""
 
 
-def _short(value: Any) -> str:
+def _short(value: Any, limit: int = 400) -> str:
     text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else value
-    return text if len(text) <= 400 else text[:380] + f"...<{len(text)} chars>"
+    text = text.replace("\n", "\\n")
+    return text if len(text) <= limit else text[: limit - 20] + f"...<{len(text)} chars>"
 
 
-def _fail(call: Call, output: str, why: str, model: SessionModel | None = None) -> ContractViolation:
-    parts = [f"{why}", f"  call:   {call!r}", f"  output: {_short(output)}"]
+def pair_name(terminal: str, session: str) -> str:
+    """How every message prints a pair: ``bash:'main'``."""
+    return f"{terminal}:{session!r}"
+
+
+def _fail(clause_id: str, call: Call, output: str, why: str, model: SessionModel | None = None) -> NoReturn:
+    """Raise the violation of ``clause_id`` for ``call``: one plain first line (the call, what came
+    back, what the contract expected), then the model."""
+    details = [f"  call:   {call!r}", f"  output: {_short(output)}"]
     if model is not None:
-        parts.append(f"  model:  {describe(model)}")
-    return ContractViolation("\n".join(parts))
+        details.append(f"  model:  {describe(model)}")
+    fail(clause_id, f"{call!r} -> {_short(output, 160)}: {why}", *details)
 
 
 def describe(model: SessionModel) -> str:
-    pairs = ", ".join(f"{p.terminal}:{p.session!r}[{p.life.value}]" for p in model.pairs) or "none"
+    pairs = ", ".join(f"{pair_name(p.terminal, p.session)}[{p.life.value}]" for p in model.pairs) or "none"
     return f"pairs={pairs}; baseline={list(model.baseline)}"
 
 
@@ -251,37 +267,53 @@ def _is_int(value: Any) -> bool:
 
 
 class _Reject(Exception):
-    """This output does not fit this reading of the call (internal; becomes a violation)."""
+    """This output does not fit this reading of the call (internal; becomes a violation of
+    ``clause``)."""
+
+    def __init__(self, clause: str, why: str) -> None:
+        super().__init__(why)
+        self.clause = clause
 
 
 def judge(model: SessionModel, call: Call, output: str) -> Judgement:
-    """Check one call's output against the contract; return the model after it (or raise)."""
+    """Check one call's output against the contract; return the model after it (or raise).
+
+    Violations are raised outside ``except`` blocks, so that a failure's identity (its type and
+    where it was raised, which Hypothesis uses to tell failures apart) is its clause alone."""
     try:
         value = json.loads(output)
     except (TypeError, ValueError):
-        raise _fail(call, output, "the tool's output is not JSON", model) from None
+        value = _NOT_JSON
+    if value is _NOT_JSON:
+        _fail("output.json", call, output, "the tool's output is not JSON", model)
     short = call.tool.removeprefix("sys_terminal_")
     raw = call.arguments
     try:
-        if raw.strip() == "":
-            raise ValueError("empty")
-        args = json.loads(raw)
+        args = json.loads(raw) if raw.strip() else _NOT_JSON
     except ValueError:
+        args = _NOT_JSON
+    rejected: _Reject | None = None
+    if args is _NOT_JSON:
         if value == ERR_MALFORMED:
             return Judgement(model, f"{short}: malformed arguments -> error", value)
         try:
-            j = _judge_args(model, call, {}, value)
+            return replace(_judge_args(model, call, {}, value), label=f"{short}: malformed arguments -> as {{}}")
         except _Reject as exc:
-            raise _fail(call, output, f"malformed arguments: expected {ERR_MALFORMED} or what {{}} gives ({exc})", model) from None
-        return replace(j, label=f"{short}: malformed arguments -> as {{}}")
-    if not isinstance(args, dict):
-        if value != ERR_NOT_OBJECT:
-            raise _fail(call, output, f"arguments are not a JSON object: expected {ERR_NOT_OBJECT}", model)
-        return Judgement(model, f"{short}: error not-an-object", value)
-    try:
-        return _judge_args(model, call, args, value)
-    except _Reject as exc:
-        raise _fail(call, output, str(exc), model) from None
+            rejected = _Reject("args.malformed", f"expected {ERR_MALFORMED} or what {{}} gives ({exc})")
+    elif not isinstance(args, dict):
+        if value == ERR_NOT_OBJECT:
+            return Judgement(model, f"{short}: error not-an-object", value)
+        rejected = _Reject("args.not-object", f"arguments are not a JSON object: expected {ERR_NOT_OBJECT}")
+    else:
+        try:
+            return _judge_args(model, call, args, value)
+        except _Reject as exc:
+            rejected = exc
+        extra = sorted(set(args) - NAMED_KEYS.get(call.tool, set(args)))
+        if extra and _is_error(value):
+            rejected = _Reject("args.extra-keys", f"{rejected} (the call has keys the tool does not name: {extra}, "
+                                                  "which it must ignore)")
+    _fail(rejected.clause, call, output, str(rejected), model)
 
 
 def _judge_args(model: SessionModel, call: Call, args: dict[str, Any], value: Any) -> Judgement:
@@ -289,17 +321,17 @@ def _judge_args(model: SessionModel, call: Call, args: dict[str, Any], value: An
     if tool == "sys_terminal_list":
         return _judge_list(model, value)
     if tool not in TOOLS:
-        raise _Reject(f"the model does not know tool {tool!r}")
+        raise _Reject("output.json", f"the model does not know tool {tool!r}")
     short = tool.removeprefix("sys_terminal_")
     terminal = args.get("terminal")
     if not _nonempty_str(terminal):
         if value != ERR_TERMINAL:
-            raise _Reject(f"'terminal' is {terminal!r}: expected {ERR_TERMINAL}")
+            raise _Reject("args.terminal", f"'terminal' is {terminal!r}: expected {ERR_TERMINAL}")
         return Judgement(model, f"{short}: error terminal", value)
     session = args.get("session")
     if not _nonempty_str(session):
         if value != ERR_SESSION:
-            raise _Reject(f"'session' is {session!r}: expected {ERR_SESSION}")
+            raise _Reject("args.session", f"'session' is {session!r}: expected {ERR_SESSION}")
         return Judgement(model, f"{short}: error session", value)
     if tool == "sys_terminal_launch":
         return _judge_launch(model, args, terminal, session, value)
@@ -325,34 +357,35 @@ def _judge_launch(model: SessionModel, args: dict[str, Any], terminal: str, sess
         if value in allowed_errors or (any_error and _is_error(value)):
             kind = "unknown-terminal" if value in allowed_errors else "override refused"
             return Judgement(model, f"launch: error {kind}", value)
-        raise _Reject(f"expected one of {allowed_errors}" + (" or an override-refused error" if any_error else ""))
+        clause = "launch.unknown-terminal" if allowed_errors else "launch.override-refused"
+        raise _Reject(clause, f"expected one of {allowed_errors}" + (" or an override-refused error" if any_error else ""))
     pair = model.pair(terminal, session)
     if isinstance(value, dict) and value.get("status") in ("launched", "already_running"):
         if set(value) != LAUNCH_KEYS:
-            raise _Reject(f"launch output keys {sorted(value)} != {sorted(LAUNCH_KEYS)}")
+            raise _Reject("launch.result", f"launch output keys {sorted(value)} != {sorted(LAUNCH_KEYS)}")
         if value["terminal"] != terminal or value["session"] != session:
-            raise _Reject(f"launch names another pair: {value['terminal']!r}:{value['session']!r}")
+            raise _Reject("launch.result", f"launch names another pair: {value['terminal']!r}:{value['session']!r}")
         if value["has_os_env"] is not True:
-            raise _Reject("has_os_env is not true")
+            raise _Reject("launch.result", "has_os_env is not true")
         if not _nonempty_str(value["tmux_socket"]):
-            raise _Reject("tmux_socket is not a non-empty string")
+            raise _Reject("launch.result", "tmux_socket is not a non-empty string")
     status = value.get("status") if isinstance(value, dict) else None
     if pair is None:
         if status != "launched":
-            raise _Reject("an unregistered pair must be launched")
+            raise _Reject("launch.one-launched", "an unregistered pair must be launched")
         return _launched(model, terminal, session, value, None)
     if pair.life is Life.ALIVE:
         if status != "already_running":
-            raise _Reject(f"the pair is running (socket {pair.socket}): expected already_running")
+            raise _Reject("launch.already-running", f"the pair is running (socket {pair.socket}): expected already_running")
         if value["tmux_socket"] != pair.socket:
-            raise _Reject(f"already_running changed tmux_socket from {pair.socket!r}")
+            raise _Reject("launch.already-running", f"already_running changed tmux_socket from {pair.socket!r}")
         return Judgement(model, "launch: already_running", value)
     if status == "already_running" and pair.life is Life.EXITING:
         if value["tmux_socket"] != pair.socket:
-            raise _Reject(f"already_running changed tmux_socket from {pair.socket!r}")
+            raise _Reject("launch.already-running", f"already_running changed tmux_socket from {pair.socket!r}")
         return Judgement(model, "launch: already_running (exit pending)", value)
     if status != "launched":
-        raise _Reject("the pair's process exited: expected launched (a new process)")
+        raise _Reject("launch.relaunch", "the pair's process exited: expected launched (a new process)")
     return _launched(model, terminal, session, value, pair)
 
 
@@ -360,7 +393,7 @@ def _launched(model: SessionModel, terminal: str, session: str, value: dict[str,
     socket = value["tmux_socket"]
     for other in model.pairs:
         if other.key != (terminal, session) and other.life is Life.ALIVE and other.socket == socket:
-            raise _Reject(f"tmux_socket {socket!r} is already the private server of {other.terminal}:{other.session}")
+            raise _Reject("launch.private-server", f"tmux_socket {socket!r} is already the private server of {other.terminal}:{other.session}")
     ended = model.ended
     order: tuple[int, ...] = (model.next_order,)
     label = "launch: launched"
@@ -400,27 +433,27 @@ def _judge_send(model: SessionModel, args: dict[str, Any], terminal: str, sessio
             return Judgement(model, "send: error not-found", value)
         if value in type_errors:
             return Judgement(model, "send: error type (pair unknown)", value)
-        raise _Reject(f"expected {nf}" + (f" or one of {type_errors}" if type_errors else ""))
+        raise _Reject("send.not-found", f"expected {nf}" + (f" or one of {type_errors}" if type_errors else ""))
     assert pair is not None
     if type_errors:
         if value in type_errors:
             return Judgement(model, "send: error text type" if value == ERR_TEXT else "send: error keys type", value)
         if pair.life is not Life.ALIVE and value in (nf, err_gone(terminal, session)):
             return Judgement(model._with_pair(replace(pair, life=Life.DEAD)), "send: error dead (bad types too)", value)
-        raise _Reject(f"expected one of {type_errors}")
+        raise _Reject("send.types", f"expected one of {type_errors}")
     if pair.life is not Life.ALIVE:
         if value in (nf, err_gone(terminal, session)):
             which = "not-found" if value == nf else "no-longer-running"
             return Judgement(model._with_pair(replace(pair, life=Life.DEAD)), f"send: error {which} after exit", value)
         if value == SENT and pair.life is Life.EXITING:
             return Judgement(model, "send: sent (exit pending)", value)
-        raise _Reject(f"the pair's process exited: expected {nf} or {err_gone(terminal, session)}"
+        raise _Reject("send.dead", f"the pair's process exited: expected {nf} or {err_gone(terminal, session)}"
                       + (" or sent" if pair.life is Life.EXITING else ""))
     if value == SENT:
         return Judgement(model, "send: sent" + (" (unknown key)" if unknown_keys else ""), value)
     if unknown_keys and _is_error(value):
         return Judgement(model, "send: error unknown key", value)
-    raise _Reject(f"the pair is running: expected {SENT}" + (" or an unknown-key error" if unknown_keys else ""))
+    raise _Reject("send.sent", f"the pair is running: expected {SENT}" + (" or an unknown-key error" if unknown_keys else ""))
 
 
 def _judge_read(model: SessionModel, args: dict[str, Any], terminal: str, session: str, value: Any) -> Judgement:
@@ -433,23 +466,23 @@ def _judge_read(model: SessionModel, args: dict[str, Any], terminal: str, sessio
             return Judgement(model, "read: error not-found", value)
         if bad_scrollback and value == ERR_SCROLLBACK:
             return Judgement(model, "read: error scrollback (pair unknown)", value)
-        raise _Reject(f"expected {nf}" + (f" or {ERR_SCROLLBACK}" if bad_scrollback else ""))
+        raise _Reject("read.not-found", f"expected {nf}" + (f" or {ERR_SCROLLBACK}" if bad_scrollback else ""))
     assert pair is not None
     if bad_scrollback:
         if value == ERR_SCROLLBACK:
             return Judgement(model, "read: error scrollback", value)
         if pair.life is not Life.ALIVE and value == nf:
             return Judgement(model._with_pair(replace(pair, life=Life.DEAD)), "read: error not-found after exit", value)
-        raise _Reject(f"scrollback {scrollback!r} is not a non-negative integer: expected {ERR_SCROLLBACK}")
+        raise _Reject("read.scrollback-type", f"scrollback {scrollback!r} is not a non-negative integer: expected {ERR_SCROLLBACK}")
     if pair.life is not Life.ALIVE and value == nf:
         return Judgement(model._with_pair(replace(pair, life=Life.DEAD)), "read: error not-found after exit", value)
     if pair.life is Life.DEAD:
-        raise _Reject(f"the pair's process exited: expected {nf}")
+        raise _Reject("read.dead", f"the pair's process exited: expected {nf}")
     if not (isinstance(value, dict) and set(value) == READ_KEYS):
-        raise _Reject(f"expected a read result with keys {sorted(READ_KEYS)}")
+        raise _Reject("read.result", f"expected a read result with keys {sorted(READ_KEYS)}")
     problem = screen_problem(value, terminal, session, scrollback if "scrollback" in args else None)
     if problem:
-        raise _Reject(problem)
+        raise _Reject("read.result", problem)
     label = "read: ok" if pair.life is Life.ALIVE else "read: ok (exit pending)"
     return Judgement(model, label, value)
 
@@ -490,7 +523,7 @@ def _judge_close(model: SessionModel, terminal: str, session: str, value: Any) -
     pair, missing = _lookup_errors(model, terminal, session)
     if missing:
         if value != not_found:
-            raise _Reject(f"the pair is not registered: expected {not_found}")
+            raise _Reject("close.not-found", f"the pair is not registered: expected {not_found}")
         return Judgement(model, "close: not_found", value)
     assert pair is not None
     if value == closed:
@@ -498,7 +531,7 @@ def _judge_close(model: SessionModel, terminal: str, session: str, value: Any) -
         return Judgement(model._without(pair.key, ended=True), label, value)
     if value == not_found and pair.life is not Life.ALIVE:
         return Judgement(model._without(pair.key, ended=True), "close: not_found after exit", value)
-    raise _Reject(f"expected {closed}" + ("" if pair.life is Life.ALIVE else f" or {not_found}"))
+    raise _Reject("close.closed", f"expected {closed}" + ("" if pair.life is Life.ALIVE else f" or {not_found}"))
 
 
 # --- list ---------------------------------------------------------------------------------------
@@ -506,22 +539,22 @@ def _judge_close(model: SessionModel, terminal: str, session: str, value: Any) -
 
 def _judge_list(model: SessionModel, value: Any) -> Judgement:
     if not isinstance(value, list):
-        raise _Reject("list must return a JSON array")
+        raise _Reject("list.result", "list must return a JSON array")
     for entry in value:
         if not isinstance(entry, dict) or set(entry) != LIST_KEYS:
-            raise _Reject(f"a list entry is not an object with keys {sorted(LIST_KEYS)}: {entry!r}")
+            raise _Reject("list.result", f"a list entry is not an object with keys {sorted(LIST_KEYS)}: {entry!r}")
         for name in ("terminal", "session", "command", "tmux_socket"):
             if not isinstance(entry[name], str):
-                raise _Reject(f"list entry field {name!r} is not a string: {entry!r}")
+                raise _Reject("list.result", f"list entry field {name!r} is not a string: {entry!r}")
         for name in ("running", "has_os_env"):
             if not isinstance(entry[name], bool):
-                raise _Reject(f"list entry field {name!r} is not a boolean: {entry!r}")
+                raise _Reject("list.result", f"list entry field {name!r} is not a boolean: {entry!r}")
     keys = [(e["terminal"], e["session"]) for e in value]
     if len(set(keys)) != len(keys):
-        raise _Reject("list shows a pair twice")
+        raise _Reject("list.result", "list shows a pair twice")
     nb = len(model.baseline)
     if tuple(keys[:nb]) != model.baseline:
-        raise _Reject(f"list must start with the baseline {list(model.baseline)} (what the first list showed)")
+        raise _Reject("list.baseline", f"list must start with the baseline {list(model.baseline)} (what the first list showed)")
     commands = dict(model.commands)
     rest = value[nb:]
     seen: dict[tuple[str, str], dict[str, Any]] = {}
@@ -531,21 +564,21 @@ def _judge_list(model: SessionModel, value: Any) -> Judgement:
         key = (entry["terminal"], entry["session"])
         pair = model.pair(*key)
         if pair is None:
-            raise _Reject(f"list shows {key[0]}:{key[1]}, which is not registered in this session")
+            raise _Reject("list.registered", f"list shows {key[0]}:{key[1]}, which is not registered in this session")
         if entry["tmux_socket"] != pair.socket:
-            raise _Reject(f"list gives {key[0]}:{key[1]} tmux_socket {entry['tmux_socket']!r}, launch said {pair.socket!r}")
+            raise _Reject("list.fields", f"list gives {key[0]}:{key[1]} tmux_socket {entry['tmux_socket']!r}, launch said {pair.socket!r}")
         if entry["has_os_env"] is not True:
-            raise _Reject(f"list gives {key[0]}:{key[1]} has_os_env false; launch said true")
+            raise _Reject("list.fields", f"list gives {key[0]}:{key[1]} has_os_env false; launch said true")
         if entry["running"] is not True and pair.life is Life.ALIVE:
-            raise _Reject(f"list says the live pair {key[0]}:{key[1]} is not running")
+            raise _Reject("list.fields", f"list says the live pair {key[0]}:{key[1]} is not running")
         if entry["running"] is True and pair.life is Life.DEAD:
-            raise _Reject(f"list says {key[0]}:{key[1]} is running, but a tool already reported it dead")
+            raise _Reject("list.fields", f"list says {key[0]}:{key[1]} is running, but a tool already reported it dead")
         known = commands.setdefault(entry["terminal"], entry["command"])
         if entry["command"] != known:
-            raise _Reject(f"list gives terminal {entry['terminal']!r} command {entry['command']!r}, earlier {known!r}")
+            raise _Reject("list.fields", f"list gives terminal {entry['terminal']!r} command {entry['command']!r}, earlier {known!r}")
         fitting = [o for o in pair.order if o > last]
         if not fitting:
-            raise _Reject(f"list is not in launch order at {key[0]}:{key[1]} (observed {keys[nb:]})")
+            raise _Reject("list.order", f"list is not in launch order at {key[0]}:{key[1]} (observed {keys[nb:]})")
         last = min(fitting)
         pinned[key] = (last,)
         seen[key] = entry
@@ -555,7 +588,7 @@ def _judge_list(model: SessionModel, value: Any) -> Judgement:
         entry = seen.get(pair.key)
         if entry is None:
             if pair.life is Life.ALIVE:
-                raise _Reject(f"list misses the live pair {pair.terminal}:{pair.session}")
+                raise _Reject("list.registered", f"list misses the live pair {pair.terminal}:{pair.session}")
             m = m._without(pair.key, ended=True)
             labels.append("gone")
             continue
@@ -574,14 +607,65 @@ def _judge_list(model: SessionModel, value: Any) -> Judgement:
 # --- several calls in one reply -----------------------------------------------------------------
 
 
+MAX_REORDERED = 6
+"""Calls of one step that are tried in every order when a list observes them (6! = 720 orders)."""
+
+
 def judge_step(model: SessionModel, calls: Sequence[Call], outputs: Sequence[str]) -> list[Judgement]:
     """Judge the calls of one model reply, which run concurrently: accept the outputs if SOME
     sequential order of the calls explains all of them. Returns judgements in the calls' order,
-    the last one (in the explaining order) carrying the final model as ``model`` of every entry."""
+    the last one (in the explaining order) carrying the final model as ``model`` of every entry.
+
+    Only calls that can observe each other need reordering: calls on the same pair, and lists
+    (which observe every pair). Without a list, each pair's calls are tried in every order of their
+    own and the pairs are judged one after the other (polynomial in the number of pairs: a teardown
+    that closes ten pairs is ten judgements, not 10! orders); with a list, every order of the step
+    is tried (a list step holds at most a few calls)."""
     if len(calls) != len(outputs):
-        raise ContractViolation(f"{len(calls)} calls but {len(outputs)} outputs")
+        fail("items.calls", f"{len(calls)} calls but {len(outputs)} outputs")
+    indices = list(range(len(calls)))
+    if any(c.tool == "sys_terminal_list" for c in calls) and len(calls) > 1:
+        groups = [indices]
+    else:
+        by_pair: dict[Any, list[int]] = {}
+        for i in indices:
+            by_pair.setdefault(_pair_key(calls[i]), []).append(i)
+        groups = list(by_pair.values())
+    m = model
+    found: dict[int, Judgement] = {}
+    for group in groups:
+        explained = _explain(m, group, calls, outputs)
+        if isinstance(explained, _Unexplained):
+            if len(calls) == 1:
+                raise explained.error
+            clause = explained.error.clause or "step.concurrent"
+            first, *details = str(explained.error).split("\n")
+            fail(clause, f"no sequential order of the {len(calls)} concurrent calls explains their outputs; "
+                         f"in the order issued: {first.removeprefix(clause + ': ')}", *details)
+        for i, j in explained.items():
+            found[i] = j
+            m = j.model
+    if len(calls) > 1:
+        m = _any_launch_order(model.next_order, m)
+    return [replace(found[i], model=m) for i in indices]
+
+
+@dataclass(frozen=True)
+class _Unexplained:
+    error: ContractViolation
+    """What the calls' issued order broke first."""
+
+
+def _explain(model: SessionModel, group: list[int], calls: Sequence[Call],
+             outputs: Sequence[str]) -> dict[int, Judgement] | _Unexplained:
+    """Judgements (in the explaining order) of the calls ``group`` if some order of them explains
+    their outputs, starting from ``model``; else what the issued order broke first."""
+    if len(group) > MAX_REORDERED and any(calls[i].tool == "sys_terminal_list" for i in group):
+        orders: Any = [tuple(group)]  # too many to try: the order issued only
+    else:
+        orders = itertools.permutations(group)
     first_error: ContractViolation | None = None
-    for order in itertools.permutations(range(len(calls))):
+    for order in orders:
         m = model
         found: dict[int, Judgement] = {}
         try:
@@ -590,19 +674,23 @@ def judge_step(model: SessionModel, calls: Sequence[Call], outputs: Sequence[str
                 found[i] = j
                 m = j.model
         except ContractViolation as exc:
-            if first_error is None:
-                first_error = exc
+            first_error = first_error or exc
             continue
-        if len(calls) > 1:
-            m = _any_launch_order(model.next_order, m)
-        return [replace(found[i], model=m) for i in range(len(calls))]
+        return found
     assert first_error is not None
-    if len(calls) == 1:
-        raise first_error
-    raise ContractViolation(
-        f"no sequential order of the {len(calls)} concurrent calls explains their outputs; "
-        f"in the order issued:\n{first_error}"
-    )
+    return _Unexplained(first_error)
+
+
+def _pair_key(call: Call) -> Any:
+    """The pair a call addresses (calls on different pairs commute), or the call itself when its
+    arguments name no pair (it then depends on no pair's state)."""
+    try:
+        args = json.loads(call.arguments)
+    except ValueError:
+        return call
+    if isinstance(args, dict) and isinstance(args.get("terminal"), str) and isinstance(args.get("session"), str):
+        return (args["terminal"], args["session"])
+    return call
 
 
 def _any_launch_order(first: int, model: SessionModel) -> SessionModel:
@@ -676,31 +764,31 @@ def reconcile_events(model: SessionModel, ledger: Ledger, events: Sequence[Event
                           (ev.terminal is None or (i.terminal, i.session) == (ev.terminal, ev.session)) and
                           resource_id_fits(ev.resource_id, i.terminal, i.session)]
             if not candidates:
-                raise ContractViolation(f"created event {ev} matches no launched terminal (ids follow §2.4: "
-                                        f"terminal_<safe(name)>_<safe(key)>[_n])")
+                fail("events.ids", f"created event {ev} matches no launched terminal (ids follow §2.4: "
+                                   "terminal_<safe(name)>_<safe(key)>[_n])")
             inst = candidates[0]
             live_ids = {rid: n for n, rid in created
                         if n not in deleted and n not in model.ended and n not in maybe}
             if ev.resource_id in live_ids:
                 other = model.instances[live_ids[ev.resource_id]]
-                raise ContractViolation(
-                    f"resource id {ev.resource_id!r} of {inst.terminal}:{inst.session!r} is already the id of the "
-                    f"live {other.terminal}:{other.session!r}: ids must be unique among live terminals")
+                fail("events.unique-ids",
+                     f"resource id {ev.resource_id!r} of {pair_name(inst.terminal, inst.session)} is already the id "
+                     f"of the live {pair_name(other.terminal, other.session)}: ids must be unique among live terminals")
             created.append((inst.number, ev.resource_id))
             labels.append("events: created" + (" (disambiguated)" if ev.resource_id != resource_base_id(inst.terminal, inst.session) else ""))
         elif ev.event_type == "session.resource.deleted":
             matches = [n for n, rid in created if rid == ev.resource_id and n not in deleted and
                        (ev.terminal is None or (model.instances[n].terminal, model.instances[n].session) == (ev.terminal, ev.session))]
             if not matches:
-                raise ContractViolation(f"deleted event {ev} matches no live created terminal (or is a duplicate)")
+                fail("events.recorded", f"deleted event {ev} matches no live created terminal (or is a duplicate)")
             endable = [n for n in matches if n in model.ended or n in maybe]
             if not endable:
                 inst = model.instances[matches[0]]
-                raise ContractViolation(f"deleted event {ev} for {inst.terminal}:{inst.session!r}, which is alive")
+                fail("events.recorded", f"deleted event {ev} for {pair_name(inst.terminal, inst.session)}, which is alive")
             deleted.add(endable[0])
             labels.append("events: deleted")
         else:
-            raise ContractViolation(f"unknown resource event type {ev.event_type!r}")
+            fail("events.recorded", f"unknown resource event type {ev.event_type!r}")
     have = {n for n, _ in created}
     missing = [f"created for {i.terminal}:{i.session!r} (launch #{i.number})" for i in model.instances if i.number not in have]
     missing += [f"deleted for {model.instances[n].terminal}:{model.instances[n].session!r} (launch #{n})"
@@ -708,20 +796,36 @@ def reconcile_events(model: SessionModel, ledger: Ledger, events: Sequence[Event
     return Reconciled(Ledger(len(events), tuple(created), frozenset(deleted), ignored), tuple(missing), tuple(labels))
 
 
-def initial_model(declared: Sequence[str], first_list_output: str) -> SessionModel:
-    """The model of a fresh agent session, from what its first ``list`` returned (the baseline)."""
+class UnsupportedServer(Exception):
+    """The server does something the contract allows but this tester cannot model (not a violation)."""
+
+
+def initial_model(declared: Sequence[str], first_list_output: str,
+                  other_sockets: Mapping[str, str] | None = None) -> SessionModel:
+    """The model of a fresh agent session, from what its first ``list`` returned (the baseline).
+
+    ``other_sockets`` maps the tmux socket of every pair that other agent sessions launched to that
+    pair's name: a declared pair in a fresh session's first list that runs on one of them is another
+    session's terminal leaking into this one (a scope violation); any other declared pair is one the
+    server made itself, which this tester does not support."""
     try:
         value = json.loads(first_list_output)
     except ValueError:
-        raise ContractViolation(f"the first list did not return JSON: {_short(first_list_output)}") from None
+        value = _NOT_JSON
     if not isinstance(value, list):
-        raise ContractViolation(f"the first list did not return an array: {_short(first_list_output)}")
+        fail("list.result", f"the first list did not return a JSON array: {_short(first_list_output)}")
     baseline: list[tuple[str, str]] = []
     for entry in value:
         if not isinstance(entry, dict) or set(entry) != LIST_KEYS:
-            raise ContractViolation(f"a list entry is not an object with keys {sorted(LIST_KEYS)}: {entry!r}")
+            fail("list.result", f"a list entry is not an object with keys {sorted(LIST_KEYS)}: {entry!r}")
         if entry["terminal"] in declared:
-            raise ContractViolation(f"the first list shows a declared pair {entry['terminal']}:{entry['session']} "
-                                    "before any launch (the tester only supports undeclared server-made terminals)")
+            name = pair_name(entry["terminal"], entry["session"])
+            owner = (other_sockets or {}).get(entry["tmux_socket"])
+            if owner is not None:
+                fail("scope.session", f"the first list of a fresh agent session shows {name}, which runs on the "
+                     f"tmux server of {owner} of another agent session: sessions see only their own terminals")
+            raise UnsupportedServer(
+                f"the first list of a fresh agent session shows {name} of a declared terminal, on a tmux server that "
+                "no agent session of this run launched: the tester supports only undeclared server-made terminals")
         baseline.append((entry["terminal"], entry["session"]))
     return SessionModel(declared=tuple(sorted(declared)), baseline=tuple(baseline))

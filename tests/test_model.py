@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from stateful import model as model_module
 from stateful.model import (
     Call,
     ContractViolation,
@@ -15,6 +16,7 @@ from stateful.model import (
     Ledger,
     Life,
     SessionModel,
+    UnsupportedServer,
     initial_model,
     judge,
     judge_step,
@@ -129,6 +131,28 @@ def test_concurrent_launches_start_one_process() -> None:
         judge_step(EMPTY, [call] * 2, [launched("bash", "a", "/s/a"), launched("bash", "a", "/s/b")])
     with pytest.raises(ContractViolation):
         judge_step(EMPTY, [call] * 2, [launched("bash", "a", "/s/a"), launched("bash", "a", "/s/b", "already_running")])
+
+
+def test_teardown_of_ten_pairs_with_a_failing_close_is_judged_per_pair(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Closing ten pairs in one reply, one of them answered wrongly: calls on different pairs commute,
+    so each pair is judged once (a search over every order would be 10! = 3.6 million judgements)."""
+    m = EMPTY
+    for i in range(10):
+        m = judge(m, c("launch", terminal="bash", session=f"p{i}"), launched("bash", f"p{i}", f"/s/{i}")).model
+    closes = [c("close", terminal="bash", session=f"p{i}") for i in range(10)]
+    outputs = [out({"terminal": "bash", "session": f"p{i}", "status": "closed"}) for i in range(10)]
+    outputs[7] = out({"terminal": "bash", "session": "p7", "status": "not_found"})
+    judged = []
+    real_judge = model_module.judge
+    monkeypatch.setattr(model_module, "judge", lambda *a: judged.append(a) or real_judge(*a))
+    with pytest.raises(ContractViolation, match=r"^close\.closed: no sequential order of the 10 concurrent calls") as failure:
+        judge_step(m, closes, outputs)
+    assert type(failure.value).__name__ == "CloseClosedViolation"
+    assert len(judged) == 8  # p0..p6 explained, p7 is not: nothing else to try
+    judged.clear()
+    outputs[7] = out({"terminal": "bash", "session": "p7", "status": "closed"})
+    assert judge_step(m, closes, outputs)[0].model.pairs == ()
+    assert len(judged) == 10
 
 
 def test_concurrent_list_may_see_a_launch_or_not() -> None:
@@ -269,8 +293,12 @@ def test_close() -> None:
 
 
 def test_baseline_must_not_hold_declared_pairs() -> None:
-    with pytest.raises(ContractViolation):
-        initial_model(("bash",), out([entry("bash", "x", "/s/x")]))
+    """A declared pair in a fresh session's first list: another session's terminal (its socket is
+    one another session launched) breaks the session scope; any other is unsupported, not a bug."""
+    with pytest.raises(ContractViolation, match=r"^scope\.session: .*bash:'x'.*bash:'y' of agent 1"):
+        initial_model(("bash",), out([entry("bash", "x", "/s/x")]), {"/s/x": "bash:'y' of agent 1"})
+    with pytest.raises(UnsupportedServer, match="supports only undeclared server-made terminals"):
+        initial_model(("bash",), out([entry("bash", "x", "/s/x")]), {"/s/other": "bash:'y' of agent 1"})
 
 
 # --- resource events ------------------------------------------------------------------------------

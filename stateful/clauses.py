@@ -1,0 +1,137 @@
+"""The contract's clauses as first-class names: a stable id, the section, one line of the rule.
+
+Every violation the machine raises names exactly one clause. Each clause has its own exception type
+(a subclass of :class:`ContractViolation`), so that Hypothesis's distinct-failure key (the exception
+type and where it was raised) separates different bugs, and a campaign can tell them apart by id.
+The message of a violation starts with one plain line: the clause id, then what was called, what the
+contract expected and what came back; details follow on the next lines.
+
+``python -m stateful clauses`` lists them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import NoReturn
+
+__all__ = ["CLAUSES", "Clause", "ContractViolation", "clause", "violation", "fail", "clause_of"]
+
+
+class ContractViolation(AssertionError):
+    """An observed behaviour that the contract forbids. ``clause`` names the broken clause; the
+    message starts with it."""
+
+    clause: str = ""
+
+
+@dataclass(frozen=True)
+class Clause:
+    id: str
+    section: str
+    rule: str
+    violation: type[ContractViolation]
+
+
+CLAUSES: dict[str, Clause] = {}
+
+
+def _type_name(clause_id: str) -> str:
+    return "".join(part.capitalize() for part in re.split(r"[.\-]", clause_id)) + "Violation"
+
+
+def _clause(clause_id: str, section: str, rule: str) -> None:
+    name = _type_name(clause_id)
+    kind = type(name, (ContractViolation,), {"clause": clause_id, "__module__": __name__,
+                                             "__doc__": f"{section}: {rule}"})
+    globals()[name] = kind  # importable by name, so a violation pickles across processes
+    CLAUSES[clause_id] = Clause(clause_id, section, rule, kind)
+
+
+# -- §1 every tool: arguments and output -----------------------------------------------------------
+_clause("output.json", "§1", "every tool returns a string holding JSON")
+_clause("args.not-object", "§1", "arguments that are not a JSON object give the not-an-object error")
+_clause("args.malformed", "§1", "empty or unparsable arguments give the malformed error (or what {} gives)")
+_clause("args.terminal", "§1", "a missing, non-string or empty 'terminal' gives the terminal error")
+_clause("args.session", "§1", "a missing, non-string or empty 'session' gives the session error")
+_clause("args.extra-keys", "§1", "keys not named are ignored by every tool: an extra key never changes what it does")
+_clause("scope.session", "§1", "a session never sees, reads, types into or closes another session's terminals")
+_clause("scope.names-exact", "§1", "names are dictionary keys, never matched like tmux targets or prefixes")
+# -- §1 launch ------------------------------------------------------------------------------------
+_clause("launch.unknown-terminal", "§1 launch", "an undeclared terminal gives the unknown-terminal error")
+_clause("launch.override-refused", "§1 launch", "cwd/sandbox overrides are refused unless the spec allows them")
+_clause("launch.result", "§1 launch", "success is {terminal, session, tmux_socket, has_os_env: true, status}")
+_clause("launch.one-launched", "§1 launch", "a pair that is not registered is launched (a new process)")
+_clause("launch.already-running", "§1 launch", "a live pair says already_running, tmux_socket unchanged")
+_clause("launch.relaunch", "§1 launch", "a registered pair whose process exited is launched again")
+_clause("launch.private-server", "§1 launch", "each live terminal has its own private tmux server")
+_clause("launch.server-runs", "§1 launch", "while the terminal lives, its tmux server runs and holds its pane")
+# -- §1 send --------------------------------------------------------------------------------------
+_clause("send.not-found", "§1 send", "an unregistered or undeclared pair gives the not-found error")
+_clause("send.types", "§1 send", "a non-string text or keys gives its type error")
+_clause("send.sent", "§1 send", "a send to a live pair says sent")
+_clause("send.dead", "§1 send", "a send to an exited pair gives the not-found or no-longer-running error")
+_clause("send.text-literal", "§1 send", "text is typed literally: every character arrives as written")
+_clause("send.keys", "§1 send", "keys are pressed in order; absent means Enter, '' none")
+# -- §1 read --------------------------------------------------------------------------------------
+_clause("read.not-found", "§1 read", "an unregistered or undeclared pair gives the not-found error")
+_clause("read.scrollback-type", "§1 read", "a scrollback that is not a non-negative integer gives its error")
+_clause("read.dead", "§1 read", "a read of an exited pair gives the not-found or no-longer-running error")
+_clause("read.result", "§1 read", "success is {terminal: 'T:S', screen, scrollback_lines}: plain text rows of "
+        "at most 80 columns, each ending in \\n")
+_clause("read.rows-exact", "§1 read", "a read holds exactly min(N, H) + 24 rows")
+_clause("read.history", "§1 read", "output that scrolled out is found again with a large enough scrollback")
+_clause("read.visible", "§1 read", "scrollback 0 shows the visible rows: the last output, not old output")
+_clause("read.output-shows", "§1 read", "repeated reads show a program's output within a bounded time")
+_clause("screen.isolation", "§1", "what is typed into one pair never shows in another pair's screen")
+# -- §1 list --------------------------------------------------------------------------------------
+_clause("list.result", "§1 list", "list returns an array of {terminal, session, command, running, has_os_env, "
+        "tmux_socket}, no pair twice")
+_clause("list.baseline", "§1 list", "the server's own terminals (the first list) come first and stay")
+_clause("list.registered", "§1 list", "list shows exactly this session's registered pairs: a pair appears at "
+        "launched, disappears at close")
+_clause("list.order", "§1 list", "pairs are listed in launch order")
+_clause("list.fields", "§1 list", "an entry agrees with its launch: tmux_socket, has_os_env, running, command")
+_clause("list.exit-removed", "§1 list", "a pair whose process exited is removed within 2 s")
+# -- §1 close -------------------------------------------------------------------------------------
+_clause("close.closed", "§1 close", "a registered pair (alive or dead) is closed")
+_clause("close.not-found", "§1 close", "an unregistered pair gives not_found, never an error")
+_clause("close.nothing-left", "§1 launch", "after close returns, the tmux server and every process are gone")
+# -- §4 several calls in one reply ------------------------------------------------------------------
+_clause("step.concurrent", "§4", "calls of one reply run concurrently: some sequential order explains "
+        "their outputs (one launch of concurrent launches)")
+# -- §2 sessions API --------------------------------------------------------------------------------
+_clause("items.pagination", "§2.7", "following after=last_id while has_more yields every item once, in order")
+_clause("items.calls", "§2.7", "each call has one function_call item (its name, its arguments) and one "
+        "function_call_output")
+_clause("view.terminals", "§2.8", "/resources/terminals shows the session's running terminals, nothing else")
+_clause("session.delete", "§2.9", "DELETE closes all of the session's terminals")
+# -- §2.4 resource events ---------------------------------------------------------------------------
+_clause("events.recorded", "§2.4", "each launched records one created event, each closed or exit one deleted")
+_clause("events.ids", "§2.4", "a resource id is terminal_<safe(name)>_<safe(key)>[_n]")
+_clause("events.unique-ids", "§2.4", "two live terminals of a session never share a resource id")
+
+
+def clause(clause_id: str) -> Clause:
+    """The clause named ``clause_id`` (a typo is a programming error)."""
+    return CLAUSES[clause_id]
+
+
+def violation(clause_id: str, headline: str, *details: str) -> ContractViolation:
+    """The violation of ``clause_id``: ``"<id>: <headline>"`` on the first line, then ``details``."""
+    kind = CLAUSES[clause_id].violation
+    first = " ".join(headline.split("\n"))
+    return kind("\n".join([f"{clause_id}: {first}", *details]))
+
+
+def clause_of(error: BaseException) -> str | None:
+    """The clause a failure names (None for what is not a contract violation)."""
+    return getattr(error, "clause", None) or None if isinstance(error, ContractViolation) else None
+
+
+def fail(clause_id: str, headline: str, *details: str) -> NoReturn:
+    """Raise the violation of ``clause_id``. Every violation is raised by this one line (and never
+    while another exception is being handled), so that Hypothesis, which tells failures apart by
+    exception type and raise site, tells them apart by clause alone: the same bug seen by two
+    checks is one failure, and a replay that meets it elsewhere is not "inconsistent"."""
+    raise violation(clause_id, headline, *details)
