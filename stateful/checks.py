@@ -8,6 +8,7 @@ marker found in the screen of a pair it was not typed into proves a leak between
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import itertools
 import re
@@ -162,3 +163,131 @@ def view_problem(view: Sequence[Mapping[str, Any]], running: Iterable[tuple[str,
     if got != want:
         return (f"/resources/terminals shows {sorted(got)}, list's running pairs are {sorted(want)}")
     return None
+
+
+# -- what a screen says about a text that was typed (for failure messages) ------------------------
+
+WRAP_COLUMNS = 80
+"""Pane width: tmux wraps a longer line into rows of exactly this many columns."""
+CONTINUATION_PROMPTS = ("> ", "... ")
+"""What a shell (PS2) and Python print before the second and later lines of a multi-line command."""
+
+
+def logical_lines(screen: str, width: int = WRAP_COLUMNS) -> list[str]:
+    """The screen's lines with tmux's wrapping undone (a row of exactly ``width`` columns goes on in
+    the next row)."""
+    lines: list[str] = []
+    joining = False
+    for row in _rows(screen):
+        if joining:
+            lines[-1] += row
+        else:
+            lines.append(row)
+        joining = len(row) == width
+    return lines
+
+
+def typed_echo(screen: str, typed: str, uid: str | None = None) -> tuple[str, bool] | None:
+    """How the screen echoes the command ``typed``, prompts stripped, and whether any non-blank row
+    follows it (the program went on: the command ran). None if no line of the screen resembles it.
+
+    The echo is found from its end: the last line that shows ``uid`` (every command the machine
+    types ends in its marker id) or else the last one that shows the command's start."""
+    lines = logical_lines(screen)
+    first = typed.split("\n")[0]
+    end = None
+    for i in range(len(lines) - 1, -1, -1):
+        if (uid and uid in lines[i]) or (first[:6].strip() and first[:6] in lines[i]):
+            end = i
+            break
+    if end is None:
+        return None
+    start = max(0, end - typed.count("\n"))
+    shown = [lines[start]] + [_strip_continuation(line) for line in lines[start + 1:end + 1]]
+    head = shown[0]
+    # The first run of characters that the line and the command share marks where the command
+    # starts (what stands before it is the prompt).
+    block = difflib.SequenceMatcher(None, head, first, autojunk=False).get_matching_blocks()[0]
+    if block.size == 0:
+        return None
+    shown[0] = head[max(0, block.a - block.b):]
+    ran = any(line.strip() for line in lines[end + 1:])
+    return "\n".join(shown).rstrip(), ran
+
+
+def _strip_continuation(line: str) -> str:
+    for prompt in CONTINUATION_PROMPTS:
+        if line.startswith(prompt):
+            return line[len(prompt):]
+    return line
+
+
+def _quoted(text: str, limit: int = 40) -> str:
+    shown = text if len(text) <= limit else text[: limit - 3] + "..."
+    return "`" + shown.replace("\n", "\\n") + "`"
+
+
+def _place(start: int, end: int, chunks: Sequence[str]) -> str:
+    """Where characters ``start:end`` of the typed text were, in terms of the sends that typed it."""
+    offset = 0
+    for number, chunk in enumerate(chunks, 1):
+        if offset <= start < offset + len(chunk) or (start == end == offset + len(chunk)):
+            which = f"send {number}'s text {_quoted(chunk)}" if len(chunks) > 1 else _quoted(chunk)
+            if end == offset + len(chunk):
+                return f"at the end of {which}"
+            if start == offset:
+                return f"at the start of {which}"
+            return f"at character {start - offset} of {which}"
+        offset += len(chunk)
+    return f"at character {start}"
+
+
+def text_difference(typed: str, echoed: str, chunks: Sequence[str] = ()) -> str | None:
+    """A plain description of how ``echoed`` differs from ``typed`` (None if it does not), naming
+    the send whose text lost or changed characters, e.g. "the `;` at the end of send 1's text
+    `set +H;` was dropped"."""
+    if echoed == typed:
+        return None
+    chunks = list(chunks) or [typed]
+    if typed.startswith(echoed):
+        return (f"only the first {len(echoed)} of the {len(typed)} characters typed arrived; the rest "
+                f"({_quoted(typed[len(echoed):])}) is missing")
+    changes = [op for op in difflib.SequenceMatcher(None, typed, echoed, autojunk=False).get_opcodes()
+               if op[0] != "equal"]
+    parts = []
+    for tag, i1, i2, j1, j2 in changes[:2]:
+        where = _place(i1, i2, chunks)
+        if tag == "delete":
+            parts.append(f"the {_quoted(typed[i1:i2])} {where} was dropped")
+        elif tag == "insert":
+            parts.append(f"{_quoted(echoed[j1:j2])} was added {where}")
+        else:
+            parts.append(f"{_quoted(typed[i1:i2])} {where} became {_quoted(echoed[j1:j2])}")
+    extra = len(changes) - 2
+    more = f" (and {extra} more difference{'s' if extra > 1 else ''})" if extra > 0 else ""
+    return "; ".join(parts) + more
+
+
+def diagnose_typed(screen: str, typed: str, chunks: Sequence[str], uid: str | None) -> tuple[str, str]:
+    """(clause, explanation) for a command whose output never showed: the text did not arrive as
+    written, or it arrived but was never submitted, or it ran and its output did not show."""
+    found = typed_echo(screen, typed, uid)
+    if found is None:
+        return "read.output-shows", f"the screen does not show the command {_quoted(typed)} that was typed"
+    echoed, ran = found
+    difference = text_difference(typed, echoed, chunks)
+    if difference is not None:
+        return "send.text-literal", f"the text did not arrive as written: {difference}"
+    if not ran:
+        return "send.keys", (f"the command {_quoted(typed)} shows as typed on the last line but never ran: "
+                             "the key that submits it (Enter) was not pressed")
+    return "read.output-shows", f"the command {_quoted(typed)} arrived and ran, but its output never showed"
+
+
+def near_names(registered: str, asked: str) -> bool:
+    """Whether a server that found ``registered`` when asked for ``asked`` matched names loosely:
+    as a prefix (either way, as tmux targets match), ignoring case, or ignoring padding."""
+    if registered == asked:
+        return False
+    return (registered.startswith(asked) or asked.startswith(registered)
+            or registered.casefold() == asked.casefold() or registered.strip() == asked.strip())

@@ -20,7 +20,7 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from hypothesis import event, note
 from hypothesis import strategies as st
@@ -28,6 +28,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invar
 
 from stateful import checks
 from stateful import strategies as gen
+from stateful.clauses import fail
 from stateful.model import (
     Call,
     ContractViolation,
@@ -35,16 +36,21 @@ from stateful.model import (
     Ledger,
     Life,
     PairState,
+    Reconciled,
     SessionModel,
+    UnsupportedServer,
     describe,
     initial_model,
     judge_step,
+    pair_name,
     reconcile_events,
 )
-from stateful.targets.base import AgentSession, StepTimeout, Target
+from stateful.targets.base import AgentSession, StepTimeout, Target, TargetError
 from stateful.targets.probe import Probe, ProcRef
 
 __all__ = ["MachineConfig", "PairRef", "TerminalMachine", "DECLARED"]
+
+T = TypeVar("T")
 
 DECLARED = ("bash", "sh")
 """The terminals every target declares (both run bash; ``sh`` without rc files)."""
@@ -55,6 +61,8 @@ PICK = st.integers(0, 7)
 """One of the pairs a rule applies to, as an index modulo their number (see ``_eligible``)."""
 AGENT = st.integers(0, 2)
 """An agent session, as an index modulo the number open."""
+NOT_FOUND_CLAUSES = frozenset({"launch.one-launched", "send.not-found", "read.not-found", "close.not-found"})
+"""Clauses a call on a pair that is not registered breaks when the server finds some other pair."""
 HISTORY_ROWS = 8000
 """Rows of output per instance under which every old marker must still be found in the history
 (the terminals' history limit is the contract's default, 10000)."""
@@ -81,6 +89,20 @@ class PairRef(gen.OneLine):
 
     def __repr__(self) -> str:
         return f"PairRef({self.agent}, {self.terminal!r}, {self.session!r})"
+
+    def __str__(self) -> str:
+        """How messages print a pair: ``bash:'main' of agent 0``."""
+        return f"{pair_name(self.terminal, self.session)} of agent {self.agent}"
+
+
+@dataclass(frozen=True)
+class Typed:
+    """A command the machine typed, for failure messages: the text, how the sends split it, and
+    the marker id it ends in (None for a plain command such as ``exit``)."""
+
+    text: str
+    chunks: tuple[str, ...]
+    uid: str | None = None
 
 
 @dataclass
@@ -119,8 +141,43 @@ def _pair_args(ref: PairRef, **more: Any) -> dict[str, Any]:
     return {"terminal": ref.terminal, "session": ref.session, **more}
 
 
+def _clip(text: str, limit: int = 160) -> str:
+    return text if len(text) <= limit else text[: limit - 20] + f"...<{len(text)} chars>"
+
+
 def _bucket(n: int) -> str:
     return str(n) if n < 2 else "2-5" if n <= 5 else ">5"
+
+
+class Transcript:
+    """What a failing program's report shows of each turn (Hypothesis notes, printed for the final
+    replay only): the calls and their outputs. While the machine polls, a turn that repeats the
+    previous one exactly (the same calls, the same outputs) is counted instead of printed, and the
+    count becomes one line ("... the same turn x 35 more, no change")."""
+
+    def __init__(self) -> None:
+        self.folding = False
+        self._last: tuple[Any, ...] | None = None
+        self._repeats = 0
+
+    def add(self, number: int, agent: int, steps: Sequence[Sequence[Call]],
+            outputs: Sequence[Sequence[str]] | None) -> None:
+        calls = " | ".join(" & ".join(map(repr, step)) for step in steps)
+        key = (agent, calls, None if outputs is None else tuple(map(tuple, outputs)))
+        if self.folding and key == self._last:
+            self._repeats += 1
+            return
+        self.flush()
+        self._last = key
+        note(f"turn {number} (agent {agent}): {calls}")
+        for step, outs in zip(steps, outputs or ()):
+            for call, out in zip(step, outs):
+                note(f"  {call!r} -> {out[:300]}{'...' if len(out) > 300 else ''}")
+
+    def flush(self) -> None:
+        if self._repeats:
+            note(f"  ... the same turn x {self._repeats} more, no change")
+        self._repeats = 0
 
 
 class TerminalMachine(RuleBasedStateMachine):
@@ -152,6 +209,7 @@ class TerminalMachine(RuleBasedStateMachine):
         self.rules_run = 0
         self.owners: dict[str, tuple[int, str, str]] = {}
         """Marker uid -> the (agent, terminal, session) it was typed into."""
+        self._transcript = Transcript()
 
     # -- running turns and checking them -----------------------------------------------------------
 
@@ -160,21 +218,29 @@ class TerminalMachine(RuleBasedStateMachine):
         self.turns += 1
         self.busy = True
         n = self.turns
-        note(f"turn {n} (agent {agent.index}): " + " | ".join(" & ".join(map(repr, s)) for s in steps))
         before_ended = agent.model.ended
         try:
             outputs = agent.session.run_turn(steps, step_timeout=self.cfg.step_timeout)
         except StepTimeout as hang:
+            self._transcript.add(n, agent.index, steps, None)
             hang.panes = self._panes(agent)
             raise
+        self._transcript.add(n, agent.index, steps, outputs)
         judged: list[list[Judgement]] = []
         for i, (calls, outs) in enumerate(zip(steps, outputs)):
-            for c, o in zip(calls, outs):
-                note(f"  {c!r} -> {o[:300]}{'...' if len(o) > 300 else ''}")
             try:
                 js = judge_step(agent.model, calls, outs)
             except ContractViolation as exc:
-                raise ContractViolation(f"turn {n}, step {i} on {self.target.where}:\n{exc}") from None
+                failure: ContractViolation | None = exc
+            else:
+                failure = None
+            if failure is not None:  # raised out here: a violation never carries another as its context
+                where = f"  where: turn {n}, step {i} of agent {agent.index} on {self.target.where}"
+                scope = self._scope_problem(agent, calls, outs) if failure.clause in NOT_FOUND_CLAUSES else None
+                if scope is not None:
+                    fail(scope[0], scope[1], *str(failure).split("\n"), where)
+                failure.args = (f"{failure}\n{where}",)
+                raise failure
             if js:
                 agent.model = js[0].model
             for c, j in zip(calls, js):
@@ -185,6 +251,52 @@ class TerminalMachine(RuleBasedStateMachine):
         self._check_events(agent)
         self._check_probe(agent, before_ended)
         return judged
+
+    def _scope_problem(self, agent: Agent, calls: Sequence[Call], outputs: Sequence[str]) -> tuple[str, str] | None:
+        """Why a call on a pair this session never launched found a terminal (it must not): another
+        session's pair of that name (the session scope), or this session's pair of a near name
+        (names matched like tmux targets). None if neither explains it."""
+        for call, output in zip(calls, outputs):
+            try:
+                args, value = json.loads(call.arguments), json.loads(output)
+            except ValueError:
+                continue
+            if not (isinstance(args, dict) and isinstance(value, dict) and call.tool != LIST):
+                continue
+            terminal, session = args.get("terminal"), args.get("session")
+            if terminal not in DECLARED or not isinstance(session, str) or agent.model.pair(terminal, session):
+                continue
+            if not (value.get("status") in ("already_running", "sent", "closed") or "screen" in value):
+                continue
+            for other in self.live:
+                if other is not agent and other.model.pair(terminal, session) is not None:
+                    return "scope.session", (f"{call!r} -> {_clip(output)}: agent {agent.index} never launched "
+                                             f"{pair_name(terminal, session)}, but agent {other.index}'s pair of that name "
+                                             "answered: a session never sees another session's terminals")
+            for p in agent.model.alive():
+                if p.terminal == terminal and checks.near_names(p.session, session):
+                    return "scope.names-exact", (f"{call!r} -> {_clip(output)}: {pair_name(terminal, session)} was never "
+                                                 f"launched, but the live {pair_name(p.terminal, p.session)} answered: "
+                                                 "names are exact keys, never matched like tmux targets")
+        return None
+
+    def _eventually(self, probe: Callable[[], T | None]) -> tuple[T | None, int]:
+        """Call ``probe`` until it gives a value (not None) or the poll deadline passes; return the
+        value (None on time-out) and how many more attempts the first one took. Turns run by the
+        probe that show nothing new are folded into one line of the report."""
+        deadline = time.monotonic() + self.cfg.poll_deadline
+        polls = 0
+        self._transcript.folding = True
+        try:
+            while True:
+                value = probe()
+                if value is not None or time.monotonic() > deadline:
+                    return value, polls
+                polls += 1
+                time.sleep(min(0.05 * polls, 0.5))
+        finally:
+            self._transcript.folding = False
+            self._transcript.flush()
 
     def _after_call(self, agent: Agent, call: Call, j: Judgement) -> None:
         """Per-call bookkeeping and screen checks (markers never leak between pairs)."""
@@ -198,33 +310,31 @@ class TerminalMachine(RuleBasedStateMachine):
             for token, uid in checks.tokens_in(j.value["screen"]):
                 other = self.owners.get(uid)
                 if other is not None and other != owner:
-                    raise ContractViolation(
-                        f"the screen of {terminal}:{session!r} (agent {agent.index}) shows {token}, which was typed "
-                        f"into {other[1]}:{other[2]!r} of agent {other[0]}: terminals leak between pairs\n"
-                        f"  call: {call!r}")
+                    fail("screen.isolation",
+                         f"{call!r}: the screen of {pair_name(terminal, session)} (agent {agent.index}) shows {token}, "
+                         f"which was typed into {pair_name(other[1], other[2])} of agent {other[0]}")
 
     def _check_sockets(self) -> None:
         seen: dict[str, str] = {}
         for agent in self.live:
             for p in agent.model.alive():
-                name = f"agent {agent.index} {p.terminal}:{p.session!r}"
+                name = f"{pair_name(p.terminal, p.session)} of agent {agent.index}"
                 if p.socket in seen:
-                    raise ContractViolation(f"{name} and {seen[p.socket]} share tmux_socket {p.socket!r}: "
-                                            "each terminal has its own private server")
+                    fail("launch.private-server", f"{name} and {seen[p.socket]} share tmux_socket {p.socket!r}: "
+                                                  "each terminal has its own private server")
                 seen[p.socket] = name
 
     def _check_events(self, agent: Agent) -> None:
-        deadline = time.monotonic() + self.cfg.poll_deadline
-        polls = 0
-        while True:
-            rec = reconcile_events(agent.model, agent.ledger, agent.session.events())
-            if not rec.missing:
-                break
-            if time.monotonic() > deadline:
-                raise ContractViolation(f"resource events missing after {self.cfg.poll_deadline:.0f} s "
-                                        f"(agent {agent.index}): {list(rec.missing)}; model: {describe(agent.model)}")
-            polls += 1
-            time.sleep(min(0.05 * polls, 0.5))
+        seen: list[Reconciled] = []
+
+        def complete() -> Reconciled | None:
+            seen.append(reconcile_events(agent.model, agent.ledger, agent.session.events()))
+            return None if seen[-1].missing else seen[-1]
+
+        rec, polls = self._eventually(complete)
+        if rec is None:
+            fail("events.recorded", f"resource events missing after {self.cfg.poll_deadline:.0f} s "
+                                    f"(agent {agent.index}): {list(seen[-1].missing)}", f"  model: {describe(agent.model)}")
         agent.ledger = rec.ledger
         for label in rec.labels:
             event(label)
@@ -246,7 +356,7 @@ class TerminalMachine(RuleBasedStateMachine):
                 ids[(inst.terminal, inst.session)] = rid
         problem = checks.view_problem(view, [p.key for p in agent.model.alive()], ids, agent.model.baseline)
         if problem:
-            raise ContractViolation(f"agent {agent.index}: {problem}")
+            fail("view.terminals", f"agent {agent.index}: {problem}")
         event("view: agrees with list")
 
     def _probe_on(self, socket: str) -> bool:
@@ -262,8 +372,8 @@ class TerminalMachine(RuleBasedStateMachine):
             if not shell.processes and self._probe_on(p.socket):
                 view = self.probe.view(p.socket)
                 if not view.alive or not view.panes:
-                    raise ContractViolation(f"launch said {p.terminal}:{p.session!r} runs at {p.socket}, "
-                                            "but no tmux server with a pane answers there")
+                    fail("launch.server-runs", f"launch said {pair_name(p.terminal, p.session)} runs at {p.socket}, "
+                                               "but no tmux server with a pane answers there")
                 shell.processes = view.members
         for number in sorted(agent.model.ended - before_ended):
             shell = agent.shells.get(number)
@@ -272,21 +382,23 @@ class TerminalMachine(RuleBasedStateMachine):
             self._await_gone(agent, number, shell)
 
     def _await_gone(self, agent: Agent, number: int, shell: Shell, why: str = "was closed") -> None:
+        """Ground truth after a close (or a DELETE): the pair's tmux server and processes are gone."""
         inst = agent.model.instances[number]
-        start = time.monotonic()
-        while True:
-            alive = self.probe.server_alive(shell.socket)
-            left = self.probe.leftovers(shell.processes)
-            if not alive and not left:
-                waited = time.monotonic() - start
-                event("probe: nothing left after close" + ("" if waited < 0.01 else " (after a wait)"))
-                return
-            if time.monotonic() - start > self.cfg.poll_deadline:
-                raise ContractViolation(
-                    f"{inst.terminal}:{inst.session!r} (agent {agent.index}) {why}, but "
-                    + ("its tmux server at " + shell.socket + " still runs" if alive else "")
-                    + (" and " if alive and left else "") + (f"processes {left} are left" if left else ""))
-            time.sleep(0.05)
+        state: dict[str, Any] = {}
+
+        def gone() -> bool | None:
+            state["alive"] = self.probe.server_alive(shell.socket)
+            state["left"] = self.probe.leftovers(shell.processes)
+            return True if not state["alive"] and not state["left"] else None
+
+        done, polls = self._eventually(gone)
+        if done is None:
+            alive, left = state["alive"], state["left"]
+            fail("close.nothing-left" if why == "was closed" else "session.delete",
+                 f"{pair_name(inst.terminal, inst.session)} (agent {agent.index}) {why}, but "
+                 + ("its tmux server at " + shell.socket + " still runs" if alive else "")
+                 + (" and " if alive and left else "") + (f"processes {left} are left" if left else ""))
+        event("probe: nothing left after close" + (" (after a wait)" if polls else ""))
 
     def _panes(self, agent: Agent) -> dict[str, str]:
         panes = {}
@@ -315,25 +427,33 @@ class TerminalMachine(RuleBasedStateMachine):
         return [_call(LIST, {})]
 
     def _poll_screen(self, agent: Agent, ref: PairRef, done: Callable[[str], bool], what: str,
-                     first: Judgement | None = None) -> str:
-        """Read the pair (large scrollback) until ``done(screen)``; bounded by the poll deadline."""
-        deadline = time.monotonic() + self.cfg.poll_deadline
-        polls = 0
-        j = first
-        while True:
-            if j is not None:
-                if not (isinstance(j.value, dict) and isinstance(j.value.get("screen"), str)):
-                    raise ContractViolation(f"waiting for {what}: read of {ref} failed: {j.value!r}")
-                if done(j.value["screen"]):
-                    event(f"read: {what.split(' ')[0]} shown after {_bucket(polls)} polls")
-                    return j.value["screen"]
-                if time.monotonic() > deadline:
-                    raise ContractViolation(
-                        f"{what} not shown in {ref} within {self.cfg.poll_deadline:.0f} s ({polls} reads); "
-                        f"last screen (tail):\n" + "\n".join(j.value["screen"].rstrip("\n").split("\n")[-30:]))
-                polls += 1
-                time.sleep(min(0.05 * polls, 0.5))
-            j = self._turn(agent, [[self._read(ref, self.cfg.big_scrollback)]])[0][0]
+                     first: Judgement | None = None, typed: Typed | None = None) -> str:
+        """Read the pair (large scrollback) until ``done(screen)``; bounded by the poll deadline.
+
+        On time-out the failure says what the screen shows about ``typed`` (the command whose effect
+        was awaited): a text that did not arrive as written, a line never submitted, or output
+        that never showed."""
+        pending: list[Any] = [first.value] if first is not None else []  # a read made with the sends
+        screens: list[str] = []  # the last screen seen
+
+        def shown() -> str | None:
+            value = pending.pop() if pending else \
+                self._turn(agent, [[self._read(ref, self.cfg.big_scrollback)]])[0][0].value
+            if not (isinstance(value, dict) and isinstance(value.get("screen"), str)):
+                fail("read.output-shows", f"waiting for {what} in {ref}: the read failed: {value!r}")
+            screens[:] = [value["screen"]]
+            return value["screen"] if done(value["screen"]) else None
+
+        screen, polls = self._eventually(shown)
+        if screen is not None:
+            event(f"read: {what.split(' ')[0]} shown after {_bucket(polls)} polls")
+            return screen
+        tail = "\n".join(f"    | {row}" for row in screens[0].rstrip("\n").split("\n")[-30:])
+        clause, cause = "read.output-shows", "it never showed"
+        if typed is not None:
+            clause, cause = checks.diagnose_typed(screens[0], typed.text, typed.chunks, typed.uid)
+        fail(clause, f"{what} not shown in {ref} within {self.cfg.poll_deadline:.0f} s ({polls + 1} reads): {cause}",
+             "  last screen (tail):", tail)
 
     def _type(self, agent: Agent, ref: PairRef, sends: Sequence[dict[str, Any]], deco: gen.Decoration,
               *, read_after: bool = True) -> Judgement | None:
@@ -355,20 +475,39 @@ class TerminalMachine(RuleBasedStateMachine):
         shell.ready = False
         first = self._type(agent, ref, sends, deco)
         if first is None:
-            raise ContractViolation(f"typing into the live {ref} failed (see the outputs above)")
+            fail("send.sent", f"typing into the live {ref} failed (see the outputs above)")
         uid = token.rsplit("_", 1)[1]
         self.owners[uid] = (agent.index, ref.terminal, ref.session)
+        typed = Typed(cmd, tuple(str(s.get("text") or "") for s in sends), uid)
+
+        plain = cmd.isascii() and cmd.isprintable()
 
         def done(screen: str) -> bool:
             for other, other_uid in checks.tokens_in(screen):
                 if other_uid == uid and other != token:
                     # The program answered, with another digest: the text did not arrive as written.
-                    raise ContractViolation(
-                        f"{ref}: the program computed {other} for the text typed, expected {token}: the text "
-                        f"did not arrive as written ({len(cmd)} chars typed in {len(sends)} sends)")
-            return checks.has_token(screen, token) and checks.prompt_follows(screen, token)
+                    echo = checks.typed_echo(screen, cmd, uid)
+                    difference = checks.text_difference(cmd, echo[0], typed.chunks) if echo else None
+                    fail("send.text-literal",
+                         f"{ref}: the program computed {other} for the text typed, expected {token}: the text did "
+                         f"not arrive as written" + (f": {difference}" if difference else "")
+                         + f" ({len(cmd)} characters typed in {len(sends)} sends)")
+            if checks.has_token(screen, token):
+                return checks.prompt_follows(screen, token)
+            if plain:
+                # A one-line printable ASCII command is echoed exactly as typed (by the terminal or
+                # the line editor), and its output comes before anything else. So an echo that
+                # lost or changed characters, with the program gone on past it, is final: the
+                # output will never come (no need to wait out the deadline).
+                echo = checks.typed_echo(screen, cmd, uid)
+                if echo is not None and echo[1] and not cmd.startswith(echo[0]):
+                    difference = checks.text_difference(cmd, echo[0], typed.chunks)
+                    fail("send.text-literal", f"{what} output {token} will not show in {ref}: the text did not arrive "
+                                              f"as written: {difference}; the program went on without it",
+                         "  screen (tail):", *(f"    | {row}" for row in screen.rstrip("\n").split("\n")[-8:]))
+            return False
 
-        self._poll_screen(agent, ref, done, f"{what} output {token}", first)
+        self._poll_screen(agent, ref, done, f"{what} output {token}", first, typed)
         shell.rows += 2 * (len(cmd) // 70 + 2) + cmd.count("\n") * 2
         shell.markers.append((token, shell.rows))
         shell.ready = True
@@ -413,7 +552,15 @@ class TerminalMachine(RuleBasedStateMachine):
         index = len(self.live)
         first = session.run_turn([self._list_step()], step_timeout=self.cfg.step_timeout)[0][0]
         note(f"agent {index} = session {session.label}; first list -> {first[:300]}")
-        model = initial_model(DECLARED, first)
+        launched_elsewhere = {p.socket: str(PairRef(a.index, p.terminal, p.session)) for a in self.live for p in a.model.pairs}
+        try:
+            model = initial_model(DECLARED, first, launched_elsewhere)
+        except UnsupportedServer as exc:
+            unsupported = TargetError(f"{self.target.where}: {exc}")
+        else:
+            unsupported = None
+        if unsupported is not None:
+            raise unsupported
         agent = Agent(index, session, model)
         self.live.append(agent)
         event(f"agent: baseline of {len(model.baseline)} server-made pairs")
@@ -576,14 +723,14 @@ class TerminalMachine(RuleBasedStateMachine):
         shell.rows += 62
         visible = self._turn(a, [[self._read(pair, 0)]])[0][0].value["screen"]
         if not checks.has_token(visible, token):
-            raise ContractViolation(f"read with scrollback 0 of {pair} lacks the last output {token}")
+            fail("read.visible", f"read with scrollback 0 of {pair} lacks the last output {token}")
         for tok, _ in old:
             if checks.has_token(visible, tok):
-                raise ContractViolation(f"read with scrollback 0 of {pair} shows {tok}, printed 60+ lines earlier")
+                fail("read.visible", f"read with scrollback 0 of {pair} shows {tok}, printed 60+ lines earlier")
         full = self._turn(a, [[self._read(pair, self.cfg.big_scrollback)]])[0][0].value["screen"]
         for tok, at in old:
             if shell.rows - at < HISTORY_ROWS and not checks.has_token(full, tok):
-                raise ContractViolation(f"read with scrollback {self.cfg.big_scrollback} of {pair} lacks {tok}, "
+                fail("read.history", f"read with scrollback {self.cfg.big_scrollback} of {pair} lacks {tok}, "
                                         "which scrolled out of the visible rows: the history must still hold it")
         event(f"scroll: {min(len(old), 3)}{'+' if len(old) > 3 else ''} old markers found in the history")
 
@@ -619,27 +766,38 @@ class TerminalMachine(RuleBasedStateMachine):
         if steps:
             self._turn(a, steps)
         if relaunch == "quick":
-            self._await(a, lambda: (q := a.model.pair(pair.terminal, pair.session)) is None or q.life is Life.DEAD,
-                        [self._read(pair)], f"{pair} to be reported dead")
+            self._await_exit(a, pair, lambda: (q := a.model.pair(pair.terminal, pair.session)) is None or q.life is Life.DEAD,
+                             [self._read(pair)], f"{pair} to be reported dead", "read.dead")
         else:
-            self._await(a, lambda: a.model.pair(pair.terminal, pair.session) is None,
-                        self._list_step(), f"{pair} to be removed from list after its exit")
+            self._await_exit(a, pair, lambda: a.model.pair(pair.terminal, pair.session) is None,
+                             self._list_step(), f"{pair} to be removed from list after its exit", "list.exit-removed")
         if relaunch != "no":
             js = self._turn(a, [[_call(LAUNCH, _pair_args(pair))], self._list_step()])
             if js[0][0].value.get("status") != "launched":
-                raise ContractViolation(f"launch after exit of {pair} did not start a new process: {js[0][0].value}")
+                fail("launch.relaunch", f"launch after exit of {pair} did not start a new process: {js[0][0].value}")
 
-    def _await(self, agent: Agent, done: Callable[[], bool], step: list[Call], what: str) -> None:
-        deadline = time.monotonic() + self.cfg.poll_deadline
-        polls = 0
-        while not done():
-            if time.monotonic() > deadline:
-                raise ContractViolation(f"timed out after {self.cfg.poll_deadline:.0f} s waiting for {what}; "
-                                        f"model: {describe(agent.model)}")
-            if polls:
-                time.sleep(min(0.05 * polls, 0.5))
-            self._turn(agent, [step])
-            polls += 1
+    def _await_exit(self, agent: Agent, ref: PairRef, done: Callable[[], bool], step: list[Call], what: str,
+                    clause: str) -> None:
+        """Run ``step`` until ``done()`` after an ``exit`` was typed into ``ref``; on time-out, what the
+        pane shows tells an ``exit`` that never ran (the keys) from one that ran (the exit watcher)."""
+
+        def settled() -> bool | None:
+            if not done():
+                self._turn(agent, [step])
+            return True if done() else None
+
+        ok, polls = self._eventually(settled)
+        if ok is None:
+            cause = ""
+            pane = self._panes(agent).get(f"{ref.terminal}:{ref.session}")
+            if pane is not None:
+                diagnosed, cause = checks.diagnose_typed(pane, "exit", ("exit",), None)
+                if diagnosed == "send.keys":
+                    clause = diagnosed
+                elif diagnosed == "read.output-shows":
+                    cause = "`exit` ran (the pane shows it), but the server did not notice the exit"
+            fail(clause, f"timed out after {self.cfg.poll_deadline:.0f} s waiting for {what}" + (f": {cause}" if cause else ""),
+                 f"  model: {describe(agent.model)}")
         event(f"exit: settled after {_bucket(polls)} polls")
 
     # -- rules: an interactive program ---------------------------------------------------------------
@@ -656,7 +814,8 @@ class TerminalMachine(RuleBasedStateMachine):
         a, p, shell = live
         self._type(a, pair, [{"text": "python3 -q"}], gen.Decoration(), read_after=False)
         shell.ready = False
-        self._poll_screen(a, pair, lambda s: checks.last_row(s) == ">>>", "python prompt")
+        self._poll_screen(a, pair, lambda s: checks.last_row(s) == ">>>", "python prompt",
+                          typed=Typed("python3 -q", ("python3 -q",)))
         shell.mode, shell.ready = "python", True
         shell.rows += 2
         if shell.processes and self.probing:
@@ -678,7 +837,7 @@ class TerminalMachine(RuleBasedStateMachine):
         a, _, shell = live
         self._type(a, pair, [{"text": "exit()"}], gen.Decoration(), read_after=False)
         self._poll_screen(a, pair, lambda s: any(r.strip() for r in checks.rows_after(s, ">>> exit()")),
-                          "shell prompt after exit()")
+                          "shell prompt after exit()", typed=Typed("exit()", ("exit()",)))
         shell.mode, shell.ready = "shell", False
         self._sync(a, pair, shell)
 
@@ -813,7 +972,7 @@ class TerminalMachine(RuleBasedStateMachine):
                     step = [_call(CLOSE, _pair_args(PairRef(a.index, p.terminal, p.session))) for p in a.model.pairs]
                     self._turn(a, [step, self._list_step()])
                     if a.model.pairs:
-                        raise ContractViolation(f"agent {a.index}: pairs left after closing all: {describe(a.model)}")
+                        fail("list.registered", f"agent {a.index}: pairs left after closing all: {describe(a.model)}")
         except BaseException:
             self._cleanup()
             raise

@@ -94,4 +94,4 @@ def test_written_repro_fails_while_the_bug_is_there_and_passes_without_it(tmp_pa
 
     broken = run_repro(path, faults="keys-default-none")
     assert broken.returncode == 1, broken.stdout + broken.stderr
-    assert "ContractViolation: python prompt not shown" in broken.stdout
+    assert "SendKeysViolation: send.keys: python prompt not shown" in broken.stdout
