@@ -327,12 +327,43 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def external_target(config: pytest.Config) -> tuple[str, str, str] | None:
     """``(server_url, mock_llm_url, runner_id)`` when all three options are given, else None."""
-    values = [config.getoption(n, default=None) for n in ("--server-url", "--mock-llm-url", "--runner-id")]
+    names = ("--server-url", "--mock-llm-url", "--runner-id")
+    values = [config.getoption(n, default=None) for n in names]
     if all(values):
         return values[0].rstrip("/"), values[1].rstrip("/"), values[2]
     if any(values):
-        raise pytest.UsageError("--server-url, --mock-llm-url and --runner-id go together")
+        missing = ", ".join(n for n, v in zip(names, values) if not v)
+        raise pytest.UsageError(f"--server-url, --mock-llm-url and --runner-id go together (missing: {missing})")
     return None
+
+
+def check_profile(config: pytest.Config) -> None:
+    """An unknown ``--hypothesis-profile`` as a one-line usage error that lists the known ones.
+
+    Hypothesis's own plugin loads the profile in its ``pytest_configure`` and fails there with an
+    INTERNALERROR traceback; this runs first (see :func:`pytest_configure`). Profiles are known once
+    registered: ``stateful/conftest.py`` registers those of ``hypothesis.ini`` when it is imported,
+    which pytest does before configuring.
+    """
+    from hypothesis import settings
+    from hypothesis.errors import InvalidArgument
+
+    name = config.getoption("--hypothesis-profile", default=None)
+    if not name:
+        return
+    try:
+        settings.get_profile(name)
+    except InvalidArgument:
+        registered = getattr(settings, "_profiles", {})  # no public listing; only the message uses it
+        known = ", ".join(sorted(p for p in registered if "-with-" not in p)) or "(none listed)"
+        raise pytest.UsageError(f"unknown --hypothesis-profile {name!r}; known: {known}") from None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Usage errors before anything runs, each one line (``ERROR: ...``, exit 4), not a traceback."""
+    check_profile(config)
+    external_target(config)
 
 
 @pytest.fixture(scope="session")
