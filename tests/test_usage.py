@@ -5,11 +5,17 @@ with small timeouts)."""
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+
+from stateful.e2e import preflight
 
 ROOT = Path(__file__).resolve().parent.parent
 DEV = ROOT / "dev"
@@ -40,6 +46,38 @@ def said(result: subprocess.CompletedProcess[str]) -> list[str]:
 def collected(result: subprocess.CompletedProcess[str]) -> list[str]:
     """The node ids that ``--collect-only -q`` listed."""
     return [line for line in result.stdout.splitlines() if "::" in line]
+
+
+def free_port() -> int:
+    """A loopback port that nothing listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def broken_server() -> Iterator[str]:
+    """A loopback HTTP server that answers every request with 500 ``boom``; its URL."""
+
+    class Boom(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+            self.send_response(500)
+            self.send_header("Content-Length", "4")
+            self.end_headers()
+            self.wfile.write(b"boom")
+
+        def log_message(self, *args: object) -> None:  # keep the test's output clean
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Boom)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
 
 
 # -- ./dev ------------------------------------------------------------------------------------------
@@ -138,3 +176,42 @@ def test_an_unknown_profile_through_dev_is_one_line() -> None:
     result = run([str(DEV), "machine", "--hypothesis-profile=nosuch"])
     assert result.returncode == 4 and "INTERNALERROR" not in result.stdout + result.stderr
     assert said(result) == ["ERROR: unknown --hypothesis-profile 'nosuch'; known: ci, default, dev, nightly, repro"]
+
+
+# -- a server that cannot be tested: one line with the URL, nothing run, nothing written -------------
+
+def test_a_server_that_is_not_running_is_one_line_and_no_repro(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    result = run([*PYTEST, "stateful/", "--target", "sessions", "--server-url", url, "--mock-llm-url", url,
+                  "--runner-id", "r1", "--repro-dir", str(tmp_path / "repros")])
+    assert result.returncode == 4
+    lines = said(result)
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"ERROR: the server at {url}/health cannot be reached: ")
+    assert lines[0].endswith("(nothing was tested)")
+    assert not (tmp_path / "repros").exists()
+
+
+def test_a_server_that_answers_500_is_one_line_naming_the_answer(tmp_path: Path, broken_server: str) -> None:
+    result = run([*PYTEST, "stateful/", "--target", "sessions", "--server-url", broken_server,
+                  "--mock-llm-url", broken_server, "--runner-id", "r1", "--repro-dir", str(tmp_path / "repros")])
+    assert result.returncode == 4
+    assert said(result) == [f"ERROR: the server at {broken_server}/health answered HTTP 500: 'boom' (nothing was tested)"]
+    assert not (tmp_path / "repros").exists()
+
+
+def test_preflight_passes_a_working_server(contract_target: tuple[str, str, str]) -> None:
+    assert preflight(*contract_target) is None
+
+
+def test_preflight_names_a_runner_that_is_not_online(contract_target: tuple[str, str, str]) -> None:
+    server, mock, _ = contract_target
+    problem = preflight(server, mock, "nosuch", runner_wait=0.3)
+    assert problem is not None
+    assert problem.startswith(f"runner 'nosuch' is not online: {server}/v1/runners/nosuch/status answered HTTP 404")
+
+
+def test_preflight_names_a_mock_llm_that_is_not_one(contract_target: tuple[str, str, str]) -> None:
+    server, _, runner = contract_target
+    problem = preflight(server, server, runner)
+    assert problem is not None and problem.startswith(f"the mock LLM at {server}/gate/pending answered HTTP 404")
