@@ -9,7 +9,8 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -55,21 +56,30 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-@pytest.fixture
-def broken_server() -> Iterator[str]:
-    """A loopback HTTP server that answers every request with 500 ``boom``; its URL."""
+Answer = tuple[int, str]
+"""An HTTP status and a body."""
 
-    class Boom(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-            self.send_response(500)
-            self.send_header("Content-Length", "4")
+
+@contextmanager
+def fake_server(answer: Callable[[str, str], Answer]) -> Iterator[str]:
+    """A loopback HTTP server whose every reply is ``answer(method, path)``; its URL while open."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def _reply(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            status, body = answer(self.command, self.path)
+            data = body.encode()
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            self.wfile.write(b"boom")
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_PATCH = do_DELETE = _reply  # noqa: N815 (http.server's naming)
 
         def log_message(self, *args: object) -> None:  # keep the test's output clean
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Boom)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -78,6 +88,22 @@ def broken_server() -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+@pytest.fixture
+def broken_server() -> Iterator[str]:
+    """A server that answers every request with 500 ``boom``."""
+    with fake_server(lambda method, path: (500, "boom")) as url:
+        yield url
+
+
+def healthy_until_registration(method: str, path: str) -> Answer:
+    """Passes the preflight (health, mock gate, runner online), then breaks on the first POST."""
+    if method == "POST":
+        return 500, "Traceback (most recent call last): KeyError: 'bundle'"
+    if path.startswith("/v1/runners/"):
+        return 200, '{"online": true}'
+    return (200, '{"pending": false}') if path in ("/health", "/gate/pending") else (404, "not found")
 
 
 # -- ./dev ------------------------------------------------------------------------------------------
@@ -198,6 +224,20 @@ def test_a_server_that_answers_500_is_one_line_naming_the_answer(tmp_path: Path,
     assert result.returncode == 4
     assert said(result) == [f"ERROR: the server at {broken_server}/health answered HTTP 500: 'boom' (nothing was tested)"]
     assert not (tmp_path / "repros").exists()
+
+
+def test_a_server_that_breaks_mid_run_is_reported_so_and_no_repro(tmp_path: Path) -> None:
+    with fake_server(healthy_until_registration) as url:
+        result = run([*PYTEST, "stateful/", "--target", "sessions", "--server-url", url, "--mock-llm-url", url,
+                      "--runner-id", "r1", "--repro-dir", str(tmp_path / "repros")])
+    out = result.stdout
+    assert result.returncode == 1, out + result.stderr
+    assert (f"ServerError: the server broke: POST {url}/v1/sessions answered HTTP 500: "
+            "\"Traceback (most recent call last): KeyError: 'bundle'\" (a server failure, not a contract violation)") in out
+    assert "state = SessionsMachine()" in out  # the program that led to it
+    assert "no regression test was written" in out
+    assert "httpx" not in out and not any(line.startswith("E ") for line in out.splitlines())  # no traceback
+    assert "regression test:" not in out and not (tmp_path / "repros").exists()
 
 
 def test_preflight_passes_a_working_server(contract_target: tuple[str, str, str]) -> None:
