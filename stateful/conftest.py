@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 INI = ROOT / "hypothesis.ini"
 DEFAULT_PROFILE = "dev"
 MACHINE_PREFIX = "machine."
+TARGETS = ("direct", "sessions", "all")
 
 
 def _value(key: str, raw: str) -> Any:
@@ -81,7 +82,7 @@ settings.load_profile(DEFAULT_PROFILE)
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("stateful", "stateful machine")
-    group.addoption("--target", choices=("direct", "sessions", "all"), default="all",
+    group.addoption("--target", default="all", metavar="|".join(TARGETS),
                     help="which target the machine drives (default all: in-process and the HTTP stack)")
     group.addoption("--step-timeout", type=float, default=None,
                     help="seconds before a step is reported as a hang (default: the profile's)")
@@ -90,6 +91,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--repro-dir", default=str(Path(__file__).parent / "repros"),
                     help="where a shrunk failure is written as a regression test "
                          "(default stateful/repros/, which pytest stateful/ collects; '' = don't write)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """A bad ``--target`` is a one-line usage error (argparse's ``choices`` would print four lines:
+    pytest's usage line, the error, the ini file and the rootdir)."""
+    chosen = config.getoption("--target")
+    if chosen not in TARGETS:
+        raise pytest.UsageError(f"unknown --target {chosen!r}; known: {', '.join(TARGETS)}")
 
 
 def current_profile() -> str:

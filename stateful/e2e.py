@@ -7,7 +7,9 @@ Scripted tests written against these names run unchanged here and in omnigent's 
 By default the fixtures start one :class:`~stateful.reference.stack.EmbeddedStack` per test session
 and stop it at the end (no tmux process survives). Given ``--server-url``, ``--mock-llm-url`` and
 ``--runner-id`` together they use that external contract server instead (e.g. omnigent in mock-LLM
-mode). ``--profile`` is accepted for compatibility with omnigent's suite and otherwise unused.
+mode); the plugin checks that server, its runner and its mock LLM before the first test, and ends
+the run with one line naming the URL that failed (:func:`preflight`). ``--profile`` is accepted for
+compatibility with omnigent's suite and otherwise unused.
 
 Every wait here is a bounded poll: a helper that runs out of time raises :class:`TurnTimeout` (an
 ``AssertionError``) naming what it waited for and the last state it saw.
@@ -327,12 +329,124 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def external_target(config: pytest.Config) -> tuple[str, str, str] | None:
     """``(server_url, mock_llm_url, runner_id)`` when all three options are given, else None."""
-    values = [config.getoption(n, default=None) for n in ("--server-url", "--mock-llm-url", "--runner-id")]
+    names = ("--server-url", "--mock-llm-url", "--runner-id")
+    values = [config.getoption(n, default=None) for n in names]
     if all(values):
         return values[0].rstrip("/"), values[1].rstrip("/"), values[2]
     if any(values):
-        raise pytest.UsageError("--server-url, --mock-llm-url and --runner-id go together")
+        missing = ", ".join(n for n, v in zip(names, values) if not v)
+        raise pytest.UsageError(f"--server-url, --mock-llm-url and --runner-id go together (missing: {missing})")
     return None
+
+
+def check_profile(config: pytest.Config) -> None:
+    """An unknown ``--hypothesis-profile`` as a one-line usage error that lists the known ones.
+
+    Hypothesis's own plugin loads the profile in its ``pytest_configure`` and fails there with an
+    INTERNALERROR traceback; this runs first (see :func:`pytest_configure`). Profiles are known once
+    registered: ``stateful/conftest.py`` registers those of ``hypothesis.ini`` when it is imported,
+    which pytest does before configuring.
+    """
+    from hypothesis import settings
+    from hypothesis.errors import InvalidArgument
+
+    name = config.getoption("--hypothesis-profile", default=None)
+    if not name:
+        return
+    try:
+        settings.get_profile(name)
+    except InvalidArgument:
+        registered = getattr(settings, "_profiles", {})  # no public listing; only the message uses it
+        known = ", ".join(sorted(p for p in registered if "-with-" not in p)) or "(none listed)"
+        raise pytest.UsageError(f"unknown --hypothesis-profile {name!r}; known: {known}") from None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Usage errors before anything runs, each one line (``ERROR: ...``, exit 4), not a traceback."""
+    check_profile(config)
+    external_target(config)
+
+
+PREFLIGHT_TIMEOUT = 5.0
+"""Seconds a preflight request may take (to connect, and to answer)."""
+RUNNER_WAIT = 15.0
+"""Seconds the preflight waits for the runner to say it is online."""
+
+
+def transport_failure(exc: httpx.HTTPError) -> str:
+    """What went wrong below HTTP, in words (an httpx timeout's own text is often empty)."""
+    if isinstance(exc, httpx.ConnectTimeout):
+        return "no connection within the timeout"
+    if isinstance(exc, httpx.TimeoutException):
+        return "no answer within the timeout"
+    return str(exc) or type(exc).__name__
+
+
+def _probe(client: httpx.Client, url: str, what: str) -> tuple[httpx.Response | None, str]:
+    """GET ``url``: the reply, or None and one line saying why there is none."""
+    try:
+        return client.get(url), ""
+    except httpx.HTTPError as exc:
+        return None, f"{what} at {url} cannot be reached: {transport_failure(exc)}"
+
+
+def _answers_200(client: httpx.Client, url: str, what: str) -> str | None:
+    reply, problem = _probe(client, url, what)
+    if reply is not None and reply.status_code != 200:
+        problem = f"{what} at {url} answered HTTP {reply.status_code}: {reply.text[:200]!r}"
+    return problem or None
+
+
+def _runner_online(client: httpx.Client, server_url: str, runner_id: str, wait: float) -> str | None:
+    url = f"{server_url}/v1/runners/{runner_id}/status"
+    deadline = time.monotonic() + wait
+    while True:
+        reply, problem = _probe(client, url, "the runner's status")
+        if reply is not None:
+            online = reply.status_code == 200 and _json_or_none(reply).get("online") is True
+            if online:
+                return None
+            problem = (f"runner {runner_id!r} is not online: {url} answered HTTP {reply.status_code} "
+                       f"{reply.text[:200]!r} for {wait:.0f} s")
+        if time.monotonic() >= deadline:
+            return problem
+        time.sleep(0.2)
+
+
+def _json_or_none(reply: httpx.Response) -> dict[str, Any]:
+    try:
+        body = reply.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def preflight(server_url: str, mock_llm_url: str, runner_id: str, *, runner_wait: float = RUNNER_WAIT) -> str | None:
+    """None when an external target can be tested, else ONE line naming the URL and what failed.
+
+    Checked before the first test, because a server that is not running (or not healthy, or whose
+    runner or mock LLM is missing) is not something the tests can find out about: every test would
+    fail for the same reason, the machine would shrink and report that as a program.
+    """
+    with httpx.Client(headers=HEADERS, timeout=PREFLIGHT_TIMEOUT) as client:
+        return (_answers_200(client, f"{server_url}/health", "the server")
+                or _answers_200(client, f"{mock_llm_url}/gate/pending", "the mock LLM")
+                or _runner_online(client, server_url, runner_id, runner_wait))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Ends the run, with one line and before the session header, when the external target that the
+    options name cannot be tested. A usage error (exit 4): nothing ran, and ``pytest.exit`` would
+    print its message twice."""
+    config = session.config
+    external = external_target(config)
+    if external is None or config.getoption("collectonly", default=False):
+        return
+    problem = preflight(*external)
+    if problem is not None:
+        raise pytest.UsageError(f"{problem} (nothing was tested)")
 
 
 @pytest.fixture(scope="session")

@@ -977,11 +977,13 @@ class TerminalMachine(RuleBasedStateMachine):
             self._cleanup()
             raise
         errors = []
+        target_failed = False
         for a in self.live:
             try:
                 a.session.delete()
             except Exception as exc:  # report, but keep cleaning the others
                 errors.append(f"deleting agent {a.index}: {exc}")
+                target_failed = target_failed or isinstance(exc, TargetError)
             if a.index % 2 == 1:
                 event(f"teardown: DELETE closes {min(len(a.model.pairs), 3)} pairs")
         for a in self.live:
@@ -989,8 +991,8 @@ class TerminalMachine(RuleBasedStateMachine):
             for number, shell in a.shells.items():
                 if shell.processes and self.probing and not shell.exited:
                     self._await_gone(a, number, shell, why=why)
-        if errors:
-            raise AssertionError("; ".join(errors))
+        if errors:  # a server that broke or went away is no contract violation (never a repro)
+            raise (TargetError if target_failed else AssertionError)("; ".join(errors))
 
     def _cleanup(self) -> None:
         for a in self.live:

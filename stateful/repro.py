@@ -1,6 +1,7 @@
 """Shrunk failing programs, written out as regression tests.
 
-When the machine finds a contract violation, Hypothesis shrinks it and replays the minimal program
+When the machine finds a contract violation (and only then: a hang or a server that broke or cannot
+be reached is a failure of the target, see ``stateful/test_machine.py``), Hypothesis shrinks it and replays the minimal program
 once more (its "final" run), attaching each step to the exception's notes as a line of Python
 (``state = DirectMachine()``, ``pairs_0 = state.start(...)``, ``state.teardown()``).
 :func:`reported_program` picks those lines out; :func:`write_repro` turns them into a pytest file that replays
@@ -105,9 +106,10 @@ Hypothesis shrank the failing program to the steps below; replaying it broke the
 
 {summary}
 
-Replay: `pytest stateful/` collects it where it was written (stateful/repros/); anywhere else, with the
-stateful package installed: `pytest -p stateful.e2e -p stateful.conftest <this file>`, plus the options for an external
-server if the target is one (`--server-url U --mock-llm-url M --runner-id R`).
+Replay: `pytest stateful/` collects it where it was written (stateful/repros/); from the stateful
+project's root, `./dev replay <this file>` runs it wherever it is; in an environment where stateful is
+installed, `python -m pytest -p stateful.e2e -p stateful.conftest <this file>` from outside the project.
+Add the options for an external server if the target is one (`--server-url U --mock-llm-url M --runner-id R`).
 It fails while the bug is there and passes once it is fixed: keep it as a regression test.
 """
 

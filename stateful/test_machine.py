@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from stateful.machine import MachineConfig, TerminalMachine
 from stateful.repro import reported_program, write_repro
-from stateful.targets.base import Target
+from stateful.targets.base import Target, TargetError
+
+NOT_WRITTEN = ("stateful: a failure of the target, not a contract violation: "
+               "no regression test was written")
 
 
 class DirectMachine(TerminalMachine):
@@ -21,15 +25,30 @@ class SessionsMachine(TerminalMachine):
 
 
 def _run(machine: type[TerminalMachine], target: Target, config: MachineConfig, repro_dir: Path | None) -> None:
-    """Run the machine; on a shrunk failure, also write it as a regression test (stateful/repro.py)."""
+    """Run the machine. Only a contract violation (an AssertionError that is not a TargetError) is
+    also written as a regression test (stateful/repro.py): a failure of the target (a hang, a server
+    that broke or cannot be reached) is reported as what it is, and a replay of it would test the
+    server's health, not the contract."""
     machine.bind(target, config)
     try:
         run_state_machine_as_test(machine, settings=settings())
-    except Exception as failure:
+    except TargetError as failure:
+        report = target_failure_report(failure)  # failed below, outside the handler: no chained report
+    except AssertionError as failure:
         if repro_dir is not None and reported_program(failure):
             path = write_repro(repro_dir, target.name, failure)
             failure.add_note(f"stateful: this program is now a regression test: {path}")
         raise
+    else:
+        return
+    pytest.fail(report, pytrace=False)
+
+
+def target_failure_report(failure: TargetError) -> str:
+    """The failure, the program that led to it (Hypothesis's notes), and that nothing was written;
+    without a traceback, which would show the HTTP client's internals, not the server's fault."""
+    notes = [str(note) for note in getattr(failure, "__notes__", ())]
+    return "\n".join([f"{type(failure).__name__}: {failure}", *notes, NOT_WRITTEN])
 
 
 def test_direct(direct_target: Target, machine_config: MachineConfig, repro_dir: Path | None) -> None:

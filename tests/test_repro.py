@@ -5,11 +5,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
+from stateful.machine import MachineConfig, TerminalMachine
+from stateful.model import ContractViolation, EventView
 from stateful.repro import render_repro, reported_program, write_repro
+from stateful.targets.base import AgentSession, ServerError, Step, Target, TargetError
 
 PROGRAM_NOTE = """state = DirectMachine()
 pairs_0 = state.start(terminal='bash', name='main')
@@ -95,3 +100,86 @@ def test_written_repro_fails_while_the_bug_is_there_and_passes_without_it(tmp_pa
     broken = run_repro(path, faults="keys-default-none")
     assert broken.returncode == 1, broken.stdout + broken.stderr
     assert "SendKeysViolation: send.keys: python prompt not shown" in broken.stdout
+
+
+# -- what stateful/test_machine.py writes: contract violations only ---------------------------------
+
+class FakeSession(AgentSession):
+    """A session whose every turn answers ``output`` (a first ``list`` that is not JSON breaks §1)."""
+
+    label = "fake-session"
+
+    def __init__(self, output: str) -> None:
+        self.output = output
+
+    def run_turn(self, steps: Sequence[Step], *, step_timeout: float) -> list[list[str]]:
+        return [[self.output for _ in step] for step in steps]
+
+    def events(self) -> list[EventView]:
+        return []
+
+    def delete(self) -> None:
+        pass
+
+
+class FakeTarget(Target):
+    """Opens :class:`FakeSession`s, or raises ``failure`` when asked to open one."""
+
+    name = "fake"
+    where = "http://fake.invalid"
+    declared = {"bash": "bash", "sh": "bash"}
+
+    def __init__(self, *, output: str = "[]", failure: Exception | None = None) -> None:
+        self.output, self.failure = output, failure
+
+    def open_session(self) -> AgentSession:
+        if self.failure is not None:
+            raise self.failure
+        return FakeSession(self.output)
+
+
+@pytest.fixture
+def quick_profile() -> Iterator[None]:
+    """Few examples, no database (a failing example must not be saved for later runs)."""
+    previous = settings.get_current_profile_name()
+    settings.register_profile("test-repro-quick", max_examples=5, database=None, deadline=None)
+    settings.load_profile("test-repro-quick")
+    try:
+        yield
+    finally:
+        settings.load_profile(previous)
+
+
+def machine_run(target: Target, repro_dir: Path) -> BaseException:
+    """What ``stateful/test_machine.py::_run`` raises for ``target`` (it must fail)."""
+    from stateful.test_machine import _run
+
+    machine = type("FakeMachine", (TerminalMachine,), {})
+    with pytest.raises(BaseException) as failure:
+        _run(machine, target, MachineConfig(probe=False), repro_dir)
+    return failure.value
+
+
+def test_a_contract_violation_is_written_as_a_repro(quick_profile: None, tmp_path: Path) -> None:
+    failure = machine_run(FakeTarget(output="not json"), tmp_path)
+    assert isinstance(failure, ContractViolation)
+    written = list(tmp_path.iterdir())
+    assert len(written) == 1 and written[0].name.startswith("test_repro_fake_")
+    assert f"stateful: this program is now a regression test: {written[0]}" in failure.__notes__
+
+
+@pytest.mark.parametrize("error", [
+    ServerError("POST", "http://fake.invalid/v1/sessions", 500, "Internal Server Error"),
+    TargetError("cannot reach the server: POST http://fake.invalid/v1/sessions: [Errno 111] Connection refused"),
+])
+def test_a_failure_of_the_target_is_reported_as_such_and_never_written(
+        quick_profile: None, tmp_path: Path, error: TargetError) -> None:
+    from stateful.test_machine import NOT_WRITTEN
+
+    failure = machine_run(FakeTarget(failure=error), tmp_path)
+    assert isinstance(failure, pytest.fail.Exception) and not failure.pytrace
+    report = str(failure.msg)
+    assert report.startswith(f"{type(error).__name__}: {error}\n")
+    assert "state = FakeMachine()" in report  # the program that led to it
+    assert report.endswith(NOT_WRITTEN)
+    assert list(tmp_path.iterdir()) == []

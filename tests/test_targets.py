@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+import httpx
 import pytest
 
 from stateful.model import Call
-from stateful.targets.base import StepTimeout
+from stateful.targets.base import ServerError, StepTimeout, TargetError
 from stateful.targets.direct import DirectTarget
 from stateful.targets.probe import Probe
 
@@ -137,3 +139,62 @@ def test_recorded_arguments_must_be_the_ones_sent() -> None:
     assert not same_arguments(sent, None) and not same_arguments(sent, "{")
     assert same_arguments("{", "{}") and same_arguments("[]", "[]")  # not an object: the harness decides
     assert not same_arguments("{", None)
+
+
+# -- the sessions target's failures that are not contract violations --------------------------------
+
+class BreakingTransport(httpx.BaseTransport):
+    """Plain HTTP until ``broken`` is set; then every GET of a session snapshot answers 500 ``boom``."""
+
+    def __init__(self, broken: threading.Event) -> None:
+        self._real = httpx.HTTPTransport()
+        self._broken = broken
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        snapshot = request.method == "GET" and path.startswith("/v1/sessions/") and path.count("/") == 3
+        if self._broken.is_set() and snapshot:
+            return httpx.Response(500, text="Internal Server Error: boom", request=request)
+        return self._real.handle_request(request)
+
+    def close(self) -> None:
+        self._real.close()
+
+
+def test_a_5xx_mid_run_is_a_server_error_naming_the_request(contract_target: tuple[str, str, str]) -> None:
+    from stateful.targets.sessions import SessionsTarget
+
+    server, mock, runner = contract_target
+    broken = threading.Event()
+    target = SessionsTarget(server, mock, runner, transport=BreakingTransport(broken))
+    try:
+        session = target.open_session()
+        assert json.loads(session.run_turn([[call("list")]], step_timeout=30)[0][0]) == []
+        broken.set()
+        with pytest.raises(ServerError) as failure:
+            session.run_turn([[call("list")]], step_timeout=30)
+        text = str(failure.value)
+        assert text.startswith(f"the server broke: GET {server}/v1/sessions/{session.label} answered HTTP 500: "
+                               "'Internal Server Error: boom'")
+        assert "not a contract violation" in text and "\n" not in text
+        broken.clear()
+        session.delete()
+    finally:
+        target.close()
+
+
+def test_a_server_that_went_away_is_one_line_with_the_url() -> None:
+    from stateful.targets.sessions import SessionsTarget
+
+    with socket.socket() as probe:  # a loopback port that nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    target = SessionsTarget(url, url, "r1")
+    try:
+        with pytest.raises(TargetError) as failure:
+            target.open_session()
+    finally:
+        target.close()
+    assert not isinstance(failure.value, AssertionError)
+    assert str(failure.value).startswith(f"cannot reach the server: POST {url}/v1/sessions: ")
+    assert failure.value.__suppress_context__ and failure.value.__cause__ is None  # httpx's chain is not shown

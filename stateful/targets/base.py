@@ -20,14 +20,27 @@ from typing import Any
 
 from stateful.model import Call, EventView
 
-__all__ = ["Call", "EventView", "Step", "AgentSession", "Target", "StepTimeout", "TargetError"]
+__all__ = ["Call", "EventView", "Step", "AgentSession", "Target", "StepTimeout", "TargetError", "ServerError"]
 
 Step = Sequence[Call]
 """The calls of one model reply (they run concurrently)."""
 
 
 class TargetError(RuntimeError):
-    """The target could not run a turn for a reason outside the tools (HTTP failure, failed turn)."""
+    """The target could not run a turn for a reason outside the tools (no answer, a 5xx, a failed
+    turn, a hang). Not a contract violation: reported as what it is, never written as a repro."""
+
+
+class ServerError(TargetError):
+    """The server answered a request with a 5xx status: it broke. A finding of its own kind, reported
+    with the request; not a contract violation (a replay would test the server's health, not the
+    tools), so it is never written as a repro."""
+
+    def __init__(self, method: str, url: str, status: int, body: str) -> None:
+        self.method, self.url, self.status, self.body = method, url, status, body
+        excerpt = " ".join(body.split())[:300]
+        super().__init__(f"the server broke: {method} {url} answered HTTP {status}: {excerpt!r} "
+                         "(a server failure, not a contract violation)")
 
 
 @dataclass

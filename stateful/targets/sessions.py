@@ -30,11 +30,12 @@ from stateful.e2e import (
     configure_mock_llm,
     poll_session_until_terminal,
     send_user_message_to_session,
+    transport_failure,
     unique_name,
 )
 from stateful.model import ContractViolation, EventView
 from stateful.reference.bundle import build_bundle
-from stateful.targets.base import AgentSession, Step, StepTimeout, Target, TargetError
+from stateful.targets.base import AgentSession, ServerError, Step, StepTimeout, Target, TargetError
 from stateful.targets.direct import BASHRC
 
 __all__ = ["SessionsTarget", "SH_TERMINAL"]
@@ -78,6 +79,36 @@ def same_arguments(sent: str, recorded: Any) -> bool:
     return isinstance(again, dict) and json.dumps(value, sort_keys=True) == json.dumps(again, sort_keys=True)
 
 
+def unreachable(request: httpx.Request, exc: httpx.HTTPError) -> TargetError:
+    """A request that got no answer, in one line with its URL (httpx's own chain is ~140 lines)."""
+    return TargetError(f"cannot reach the server: {request.method} {request.url}: {transport_failure(exc)} "
+                       "(a failure of the target, not a contract violation)")
+
+
+class GuardedTransport(httpx.BaseTransport):
+    """The transport of every request the target sends to the server: a 5xx answer raises
+    :class:`ServerError` (the server broke) and a request without an answer (refused, reset, timed
+    out) raises :class:`TargetError` in one line, so neither looks like a contract violation."""
+
+    def __init__(self, inner: httpx.BaseTransport | None = None) -> None:
+        self._inner = inner or httpx.HTTPTransport()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            response = self._inner.handle_request(request)
+            if response.status_code >= 500:
+                response.read()
+        except httpx.TransportError as exc:
+            raise unreachable(request, exc) from None
+        if response.status_code >= 500:
+            response.close()
+            raise ServerError(request.method, str(request.url), response.status_code, response.text)
+        return response
+
+    def close(self) -> None:
+        self._inner.close()
+
+
 def _steps_done(ids: list[list[str]], have: set[Any]) -> int:
     """How many leading steps have an output for every call id (``have``: the call ids with one)."""
     return next((s for s, cids in enumerate(ids) if any(c not in have for c in cids)), len(ids))
@@ -95,9 +126,10 @@ class HttpSession(AgentSession):
 
     # -- items ------------------------------------------------------------------------------------
     def _get(self, path: str, **params: Any) -> Any:
+        """The JSON of a GET that §2 says answers 200 (a 5xx is a ServerError, raised by the transport)."""
         reply = self._t.client.get(path, params=params or None)
         if reply.status_code != 200:
-            raise TargetError(f"GET {path} {params}: HTTP {reply.status_code} {reply.text[:500]}")
+            raise ContractViolation(f"GET {path} {params}: HTTP {reply.status_code} {reply.text[:500]}")
         return reply.json()
 
     def _fetch_new(self) -> None:
@@ -146,9 +178,17 @@ class HttpSession(AgentSession):
         client = self._t.client
         try:
             configure_mock_llm(self._t.mock_llm_url, responses, key=self._model)
+        except httpx.HTTPStatusError as exc:  # the mock LLM's own client is not guarded
+            if exc.response.status_code >= 500:
+                raise ServerError(exc.request.method, str(exc.request.url), exc.response.status_code,
+                                  exc.response.text) from None
+            raise TargetError(f"configuring the mock LLM for turn {tag}: {exc}") from None
+        except httpx.TransportError as exc:
+            raise unreachable(exc.request, exc) from None
+        try:
             response_id = send_user_message_to_session(client, session_id=self.session_id, content=f"turn {tag}")
-        except (httpx.HTTPError, AssertionError) as exc:
-            raise TargetError(f"starting turn {tag} on {self._t.where}: {exc}") from exc
+        except (httpx.HTTPError, AssertionError) as exc:  # an answer, but not the one §2.5 fixes
+            raise ContractViolation(f"starting turn {tag} on {self._t.where}: {exc}") from None
         outcome = self._await_turn(steps, ids, response_id, step_timeout)
         self._fetch_new()
         outputs: dict[str, list[str]] = {}
@@ -251,18 +291,21 @@ class HttpSession(AgentSession):
 
     def delete(self) -> None:
         reply = self._t.client.delete(f"/v1/sessions/{self.session_id}")
-        if reply.status_code not in (200, 202, 204):
-            raise TargetError(f"DELETE session {self.session_id}: HTTP {reply.status_code} {reply.text[:300]}")
+        if reply.status_code not in (200, 202, 204):  # (a 5xx is a ServerError, raised by the transport)
+            raise ContractViolation(f"DELETE session {self.session_id}: HTTP {reply.status_code} {reply.text[:300]}")
 
 
 class SessionsTarget(Target):
     name = "sessions"
 
-    def __init__(self, server_url: str, mock_llm_url: str, runner_id: str) -> None:
+    def __init__(self, server_url: str, mock_llm_url: str, runner_id: str, *,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        """``transport``: what carries the requests under the guard (default: plain HTTP)."""
         self.where = server_url
         self.mock_llm_url = mock_llm_url
         self.runner_id = runner_id
-        self.client = httpx.Client(base_url=server_url, headers=HEADERS, timeout=60.0)
+        self.client = httpx.Client(base_url=server_url, headers=HEADERS, timeout=60.0,
+                                   transport=GuardedTransport(transport))
         self.declared: Mapping[str, str] = {"bash": f"bash --noprofile --rcfile {BASHRC}",
                                             "sh": "bash --norc --noprofile"}
 
@@ -274,7 +317,7 @@ class SessionsTarget(Target):
         reply = self.client.post("/v1/sessions", data={"metadata": "{}"},
                                  files={"bundle": (f"{name}.tar.gz", build_bundle(name, text), "application/gzip")})
         if reply.status_code != 201:
-            raise TargetError(f"registering agent {name}: HTTP {reply.status_code} {reply.text[:500]}")
+            raise ContractViolation(f"registering agent {name}: HTTP {reply.status_code} {reply.text[:500]}")
         session_id = str(reply.json()["session_id"])
         deadline = time.monotonic() + SETUP_TIMEOUT
         while True:
@@ -286,7 +329,7 @@ class SessionsTarget(Target):
             time.sleep(0.2)
         bound = self.client.patch(f"/v1/sessions/{session_id}", json={"runner_id": self.runner_id})
         if bound.status_code != 200:
-            raise TargetError(f"binding session {session_id} to runner: HTTP {bound.status_code} {bound.text[:300]}")
+            raise ContractViolation(f"binding session {session_id} to runner: HTTP {bound.status_code} {bound.text[:300]}")
         return HttpSession(self, session_id, model)
 
     def close(self) -> None:
