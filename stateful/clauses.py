@@ -101,6 +101,8 @@ _clause("close.nothing-left", "§1 launch", "after close returns, the tmux serve
 _clause("step.concurrent", "§4", "calls of one reply run concurrently: some sequential order explains "
         "their outputs (one launch of concurrent launches)")
 # -- §2 sessions API --------------------------------------------------------------------------------
+_clause("api.status", "§2", "each route answers with the status and shape §2 gives it (201 register, 200 bind and "
+        "reads, 202 message, 2xx DELETE)")
 _clause("items.pagination", "§2.7", "following after=last_id while has_more yields every item once, in order")
 _clause("items.calls", "§2.7", "each call has one function_call item (its name, its arguments) and one "
         "function_call_output")

@@ -33,7 +33,8 @@ from stateful.e2e import (
     transport_failure,
     unique_name,
 )
-from stateful.model import ContractViolation, EventView
+from stateful.clauses import fail
+from stateful.model import EventView
 from stateful.reference.bundle import build_bundle
 from stateful.targets.base import AgentSession, ServerError, Step, StepTimeout, Target, TargetError
 from stateful.targets.direct import BASHRC
@@ -129,7 +130,7 @@ class HttpSession(AgentSession):
         """The JSON of a GET that §2 says answers 200 (a 5xx is a ServerError, raised by the transport)."""
         reply = self._t.client.get(path, params=params or None)
         if reply.status_code != 200:
-            raise ContractViolation(f"GET {path} {params}: HTTP {reply.status_code} {reply.text[:500]}")
+            fail("api.status", f"GET {path} {params}: HTTP {reply.status_code} {reply.text[:500]}")
         return reply.json()
 
     def _fetch_new(self) -> None:
@@ -144,16 +145,16 @@ class HttpSession(AgentSession):
             page = self._get(path, **params)
             data = page.get("data")
             if not isinstance(data, list):
-                raise ContractViolation(f"GET items: 'data' is not a list: {page!r}"[:800])
+                fail("items.pagination", f"GET items: 'data' is not a list: {page!r}"[:800])
             new.extend(data)
             if data:
                 if page.get("last_id") != data[-1].get("id") or page.get("first_id") != data[0].get("id"):
-                    raise ContractViolation(f"GET items {params}: first_id/last_id do not name the page's ends")
+                    fail("items.pagination", f"GET items {params}: first_id/last_id do not name the page's ends")
                 cursor = data[-1]["id"]
             if not page.get("has_more"):
                 break
             if not data:
-                raise ContractViolation(f"GET items {params}: an empty page says has_more")
+                fail("items.pagination", f"GET items {params}: an empty page says has_more")
         self._items.extend(new)
         full = self._get(path, order="asc", limit=1000)
         ids = [i.get("id") for i in full.get("data", [])]
@@ -161,8 +162,8 @@ class HttpSession(AgentSession):
         if len(seen) <= 1000 and ids[: len(seen)] != seen:
             lost = [i for i in ids[: len(seen) + 1] if i not in seen]
             dup = len(seen) - len(set(seen))
-            raise ContractViolation(
-                "items pagination is not exact (following after=last_id while has_more must yield every "
+            fail("items.pagination",
+                 "items pagination is not exact (following after=last_id while has_more must yield every "
                 f"item once, in order): {len(seen)} items paged vs {len(ids)} in one page; "
                 f"first lost: {lost[:3]}, duplicates: {dup}")
 
@@ -188,7 +189,11 @@ class HttpSession(AgentSession):
         try:
             response_id = send_user_message_to_session(client, session_id=self.session_id, content=f"turn {tag}")
         except (httpx.HTTPError, AssertionError) as exc:  # an answer, but not the one §2.5 fixes
-            raise ContractViolation(f"starting turn {tag} on {self._t.where}: {exc}") from None
+            refused = f"starting turn {tag} on {self._t.where}: {exc}"
+        else:
+            refused = ""
+        if refused:  # raised out here: a violation never carries another exception as its context
+            fail("api.status", refused)
         outcome = self._await_turn(steps, ids, response_id, step_timeout)
         self._fetch_new()
         outputs: dict[str, list[str]] = {}
@@ -210,13 +215,13 @@ class HttpSession(AgentSession):
             for cid, call in zip(cids, step):
                 got = outputs.get(cid, [])
                 if len(got) != 1 or not isinstance(got[0], str):
-                    raise ContractViolation(f"call {call!r} (call_id {cid}) has {len(got)} function_call_output "
+                    fail("items.calls", f"call {call!r} (call_id {cid}) has {len(got)} function_call_output "
                                             "items with a string output; expected exactly one")
                 if calls.get(cid) != [call.tool]:
-                    raise ContractViolation(f"call_id {cid}: function_call items {calls.get(cid)!r}, "
+                    fail("items.calls", f"call_id {cid}: function_call items {calls.get(cid)!r}, "
                                             f"expected one naming {call.tool!r}")
                 if not same_arguments(call.arguments, arguments.get(cid)):
-                    raise ContractViolation(f"call_id {cid}: the function_call item records arguments "
+                    fail("items.calls", f"call_id {cid}: the function_call item records arguments "
                                             f"{arguments.get(cid)!r}, but the model sent {call.arguments!r}")
                 row.append(got[0])
             result.append(row)
@@ -286,13 +291,13 @@ class HttpSession(AgentSession):
         body = self._get(f"/v1/sessions/{self.session_id}/resources/terminals")
         data = body.get("data") if isinstance(body, Mapping) else None
         if not isinstance(data, list):
-            raise ContractViolation(f"/resources/terminals: 'data' is not a list: {body!r}"[:800])
+            fail("view.terminals", f"/resources/terminals: 'data' is not a list: {body!r}"[:800])
         return data
 
     def delete(self) -> None:
         reply = self._t.client.delete(f"/v1/sessions/{self.session_id}")
         if reply.status_code not in (200, 202, 204):  # (a 5xx is a ServerError, raised by the transport)
-            raise ContractViolation(f"DELETE session {self.session_id}: HTTP {reply.status_code} {reply.text[:300]}")
+            fail("api.status", f"DELETE session {self.session_id}: HTTP {reply.status_code} {reply.text[:300]}")
 
 
 class SessionsTarget(Target):
@@ -317,7 +322,7 @@ class SessionsTarget(Target):
         reply = self.client.post("/v1/sessions", data={"metadata": "{}"},
                                  files={"bundle": (f"{name}.tar.gz", build_bundle(name, text), "application/gzip")})
         if reply.status_code != 201:
-            raise ContractViolation(f"registering agent {name}: HTTP {reply.status_code} {reply.text[:500]}")
+            fail("api.status", f"registering agent {name}: HTTP {reply.status_code} {reply.text[:500]}")
         session_id = str(reply.json()["session_id"])
         deadline = time.monotonic() + SETUP_TIMEOUT
         while True:
@@ -329,7 +334,7 @@ class SessionsTarget(Target):
             time.sleep(0.2)
         bound = self.client.patch(f"/v1/sessions/{session_id}", json={"runner_id": self.runner_id})
         if bound.status_code != 200:
-            raise ContractViolation(f"binding session {session_id} to runner: HTTP {bound.status_code} {bound.text[:300]}")
+            fail("api.status", f"binding session {session_id} to runner: HTTP {bound.status_code} {bound.text[:300]}")
         return HttpSession(self, session_id, model)
 
     def close(self) -> None:
