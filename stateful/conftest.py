@@ -88,6 +88,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="seconds before a step is reported as a hang (default: the profile's)")
     group.addoption("--poll-deadline", type=float, default=None,
                     help="seconds to wait for an eventual property (default: the profile's)")
+    group.addoption("--shrink-budget", type=_seconds, default=None, metavar="S",
+                    help="seconds Hypothesis may shrink a failure (default: its own 300); it then "
+                         "reports the smallest failing program found so far")
     group.addoption("--repro-dir", default=str(Path(__file__).parent / "repros"),
                     help="where a shrunk failure is written as a regression test "
                          "(default stateful/repros/, which pytest stateful/ collects; '' = don't write)")
@@ -100,6 +103,14 @@ def pytest_configure(config: pytest.Config) -> None:
     chosen = config.getoption("--target")
     if chosen not in TARGETS:
         raise pytest.UsageError(f"unknown --target {chosen!r}; known: {', '.join(TARGETS)}")
+
+
+def _seconds(text: str) -> float:
+    """A positive number of seconds (argparse turns the ValueError into a one-line usage error)."""
+    value = float(text)
+    if not value > 0:
+        raise ValueError(text)
+    return value
 
 
 def current_profile() -> str:
@@ -148,6 +159,13 @@ def sessions_target(request: pytest.FixtureRequest) -> Iterator[Any]:
         yield target
     finally:
         target.close()
+
+
+@pytest.fixture(scope="session")
+def shrink_seconds(request: pytest.FixtureRequest) -> float | None:
+    """``--shrink-budget``: how long Hypothesis may shrink a failure (None: its own limit)."""
+    value: float | None = request.config.getoption("--shrink-budget")
+    return value
 
 
 @pytest.fixture(scope="session")

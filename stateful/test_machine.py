@@ -10,6 +10,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from stateful.machine import MachineConfig, TerminalMachine
 from stateful.repro import reported_program, write_repro
+from stateful.shrinking import shrink_budget
 from stateful.targets.base import Target, TargetError
 
 NOT_WRITTEN = ("stateful: a failure of the target, not a contract violation: "
@@ -24,39 +25,46 @@ class SessionsMachine(TerminalMachine):
     """The machine against a contract server over HTTP (the embedded stack, or --server-url)."""
 
 
-def _run(machine: type[TerminalMachine], target: Target, config: MachineConfig, repro_dir: Path | None) -> None:
-    """Run the machine. Only a contract violation (an AssertionError that is not a TargetError) is
-    also written as a regression test (stateful/repro.py): a failure of the target (a hang, a server
-    that broke or cannot be reached) is reported as what it is, and a replay of it would test the
-    server's health, not the contract."""
+def _run(machine: type[TerminalMachine], target: Target, config: MachineConfig, repro_dir: Path | None,
+         shrink_seconds: float | None = None) -> None:
+    """Run the machine; report a failure as its first plain line (the clause, the call, what was
+    expected and what came back), the program that led to it, and what became of it, without the
+    Python traceback (which shows the tester's internals, not the server's fault).
+
+    Only a contract violation (an AssertionError that is not a TargetError) is also written as a
+    regression test (stateful/repro.py): a failure of the target (a hang, a server that broke or
+    cannot be reached) is reported as what it is, and a replay of it would test the server's health,
+    not the contract. Anything else (an error of the tester itself) propagates with its traceback."""
     machine.bind(target, config)
     try:
-        run_state_machine_as_test(machine, settings=settings())
+        with shrink_budget(shrink_seconds):
+            run_state_machine_as_test(machine, settings=settings())
     except TargetError as failure:
-        report = target_failure_report(failure)  # failed below, outside the handler: no chained report
+        report = failure_report(failure, NOT_WRITTEN)  # failed below, outside the handler: no chained report
     except AssertionError as failure:
+        outcome = "stateful: no regression test was written (--repro-dir '')"
         if repro_dir is not None and reported_program(failure):
-            path = write_repro(repro_dir, target.name, failure)
-            failure.add_note(f"stateful: this program is now a regression test: {path}")
-        raise
+            outcome = f"stateful: this program is now a regression test: {write_repro(repro_dir, target.name, failure)}"
+        report = failure_report(failure, outcome)
     else:
         return
     pytest.fail(report, pytrace=False)
 
 
-def target_failure_report(failure: TargetError) -> str:
-    """The failure, the program that led to it (Hypothesis's notes), and that nothing was written;
-    without a traceback, which would show the HTTP client's internals, not the server's fault."""
+def failure_report(failure: BaseException, outcome: str) -> str:
+    """The failure, the program that led to it (Hypothesis's notes), and what became of it."""
     notes = [str(note) for note in getattr(failure, "__notes__", ())]
-    return "\n".join([f"{type(failure).__name__}: {failure}", *notes, NOT_WRITTEN])
+    return "\n".join([f"{type(failure).__name__}: {failure}", *notes, outcome])
 
 
-def test_direct(direct_target: Target, machine_config: MachineConfig, repro_dir: Path | None) -> None:
-    _run(DirectMachine, direct_target, machine_config, repro_dir)
+def test_direct(direct_target: Target, machine_config: MachineConfig, repro_dir: Path | None,
+                shrink_seconds: float | None) -> None:
+    _run(DirectMachine, direct_target, machine_config, repro_dir, shrink_seconds)
 
 
-def test_sessions(sessions_target: Target, machine_config: MachineConfig, repro_dir: Path | None) -> None:
-    _run(SessionsMachine, sessions_target, machine_config, repro_dir)
+def test_sessions(sessions_target: Target, machine_config: MachineConfig, repro_dir: Path | None,
+                  shrink_seconds: float | None) -> None:
+    _run(SessionsMachine, sessions_target, machine_config, repro_dir, shrink_seconds)
 
 
 # run_state_machine_as_test is Hypothesis's own runner; marking the pytest functions lets the

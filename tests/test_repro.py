@@ -161,11 +161,15 @@ def machine_run(target: Target, repro_dir: Path) -> BaseException:
 
 
 def test_a_contract_violation_is_written_as_a_repro(quick_profile: None, tmp_path: Path) -> None:
+    """Reported without a traceback: the clause's line first, then the program, then the file."""
     failure = machine_run(FakeTarget(output="not json"), tmp_path)
-    assert isinstance(failure, ContractViolation)
+    assert isinstance(failure, pytest.fail.Exception) and not failure.pytrace
+    report = str(failure.msg)
+    assert report.startswith("ListResultViolation: list.result: the first list did not return a JSON array: not json\n")
+    assert "state = FakeMachine()" in report
     written = list(tmp_path.iterdir())
     assert len(written) == 1 and written[0].name.startswith("test_repro_fake_")
-    assert f"stateful: this program is now a regression test: {written[0]}" in failure.__notes__
+    assert report.endswith(f"stateful: this program is now a regression test: {written[0]}")
 
 
 @pytest.mark.parametrize("error", [
