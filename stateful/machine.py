@@ -63,6 +63,10 @@ AGENT = st.integers(0, 2)
 """An agent session, as an index modulo the number open."""
 NOT_FOUND_CLAUSES = frozenset({"launch.one-launched", "send.not-found", "read.not-found", "close.not-found"})
 """Clauses a call on a pair that is not registered breaks when the server finds some other pair."""
+EXIT_REMOVAL = 2.0
+"""§1 list: a pair whose process exited is removed by the server within 2 s."""
+EXIT_MARGIN = 1.0
+"""Added to EXIT_REMOVAL: the time this side takes to notice the exit and to list again."""
 HISTORY_ROWS = 8000
 """Rows of output per instance under which every old marker must still be found in the history
 (the terminals' history limit is the contract's default, 10000)."""
@@ -280,11 +284,11 @@ class TerminalMachine(RuleBasedStateMachine):
                                                  "names are exact keys, never matched like tmux targets")
         return None
 
-    def _eventually(self, probe: Callable[[], T | None]) -> tuple[T | None, int]:
-        """Call ``probe`` until it gives a value (not None) or the poll deadline passes; return the
-        value (None on time-out) and how many more attempts the first one took. Turns run by the
-        probe that show nothing new are folded into one line of the report."""
-        deadline = time.monotonic() + self.cfg.poll_deadline
+    def _eventually(self, probe: Callable[[], T | None], within: float | None = None) -> tuple[T | None, int]:
+        """Call ``probe`` until it gives a value (not None) or ``within`` seconds (default: the poll
+        deadline) pass; return the value (None on time-out) and how many more attempts the first
+        one took. Turns run by the probe that show nothing new are folded into one line of the report."""
+        deadline = time.monotonic() + (self.cfg.poll_deadline if within is None else within)
         polls = 0
         self._transcript.folding = True
         try:
@@ -379,10 +383,12 @@ class TerminalMachine(RuleBasedStateMachine):
             shell = agent.shells.get(number)
             if shell is None or shell.exited or not shell.processes or not self._probe_on(shell.socket):
                 continue
-            self._await_gone(agent, number, shell)
+            self._await_gone(agent, number, shell, at_once=True)  # a live pair that was closed
 
-    def _await_gone(self, agent: Agent, number: int, shell: Shell, why: str = "was closed") -> None:
-        """Ground truth after a close (or a DELETE): the pair's tmux server and processes are gone."""
+    def _await_gone(self, agent: Agent, number: int, shell: Shell, *, at_once: bool = False) -> None:
+        """Ground truth after a close (``at_once``: §1 says that once close returns, the server and
+        every process are gone, so nothing is waited for) or a DELETE (which the contract gives no
+        such bound: polled until the poll deadline)."""
         inst = agent.model.instances[number]
         state: dict[str, Any] = {}
 
@@ -391,13 +397,16 @@ class TerminalMachine(RuleBasedStateMachine):
             state["left"] = self.probe.leftovers(shell.processes)
             return True if not state["alive"] and not state["left"] else None
 
-        done, polls = self._eventually(gone)
+        done, polls = (gone(), 0) if at_once else self._eventually(gone)
         if done is None:
             alive, left = state["alive"], state["left"]
-            fail("close.nothing-left" if why == "was closed" else "session.delete",
-                 f"{pair_name(inst.terminal, inst.session)} (agent {agent.index}) {why}, but "
-                 + ("its tmux server at " + shell.socket + " still runs" if alive else "")
-                 + (" and " if alive and left else "") + (f"processes {left} are left" if left else ""))
+            what = ("its tmux server at " + shell.socket + " still runs" if alive else "") + \
+                (" and " if alive and left else "") + (f"processes {left} are left" if left else "")
+            if at_once:
+                fail("close.nothing-left", f"{pair_name(inst.terminal, inst.session)} (agent {agent.index}) was "
+                                           f"closed, but once close returned {what}")
+            fail("session.delete", f"{pair_name(inst.terminal, inst.session)} (agent {agent.index}): its session was "
+                                   f"deleted, but {self.cfg.poll_deadline:.0f} s later {what}")
         event("probe: nothing left after close" + (" (after a wait)" if polls else ""))
 
     def _panes(self, agent: Agent) -> dict[str, str]:
@@ -778,25 +787,38 @@ class TerminalMachine(RuleBasedStateMachine):
 
     def _await_exit(self, agent: Agent, ref: PairRef, done: Callable[[], bool], step: list[Call], what: str,
                     clause: str) -> None:
-        """Run ``step`` until ``done()`` after an ``exit`` was typed into ``ref``; on time-out, what the
-        pane shows tells an ``exit`` that never ran (the keys) from one that ran (the exit watcher)."""
+        """Run ``step`` until ``done()`` after an ``exit`` was typed into ``ref``.
+
+        Where the probe sees the terminal's processes, the contract's own bound applies: once they
+        are gone, the server removes the pair within 2 s (waited for with a margin for this loop's
+        own latency, not the whole poll deadline). On time-out, what the pane shows tells an ``exit``
+        that never ran (the keys) from one that ran (the exit watcher)."""
+        shell = agent.shells.get(agent.model.pair(ref.terminal, ref.session).instance) if \
+            agent.model.pair(ref.terminal, ref.session) else None
+        within = None
+        if shell is not None and shell.processes and self._probe_on(shell.socket):
+            died, _ = self._eventually(lambda: True if not self.probe.leftovers(shell.processes) else None)
+            within = EXIT_REMOVAL + EXIT_MARGIN if died else 0.0  # never exited: look once, then say why
 
         def settled() -> bool | None:
             if not done():
                 self._turn(agent, [step])
             return True if done() else None
 
-        ok, polls = self._eventually(settled)
+        ok, polls = self._eventually(settled, within)
         if ok is None:
             cause = ""
             pane = self._panes(agent).get(f"{ref.terminal}:{ref.session}")
-            if pane is not None:
+            if within:
+                cause = (f"its processes had exited, and {within:.0f} s later (the contract gives the server 2 s) "
+                         "it is still there")
+            elif pane is not None:
                 diagnosed, cause = checks.diagnose_typed(pane, "exit", ("exit",), None)
                 if diagnosed == "send.keys":
                     clause = diagnosed
                 elif diagnosed == "read.output-shows":
                     cause = "`exit` ran (the pane shows it), but the server did not notice the exit"
-            fail(clause, f"timed out after {self.cfg.poll_deadline:.0f} s waiting for {what}" + (f": {cause}" if cause else ""),
+            fail(clause, f"timed out waiting for {what}" + (f": {cause}" if cause else ""),
                  f"  model: {describe(agent.model)}")
         event(f"exit: settled after {_bucket(polls)} polls")
 
@@ -987,10 +1009,9 @@ class TerminalMachine(RuleBasedStateMachine):
             if a.index % 2 == 1:
                 event(f"teardown: DELETE closes {min(len(a.model.pairs), 3)} pairs")
         for a in self.live:
-            why = "its session was deleted" if a.index % 2 == 1 else "was closed"
             for number, shell in a.shells.items():
                 if shell.processes and self.probing and not shell.exited:
-                    self._await_gone(a, number, shell, why=why)
+                    self._await_gone(a, number, shell, at_once=a.index % 2 == 0)
         if errors:  # a server that broke or went away is no contract violation (never a repro)
             raise (TargetError if target_failed else AssertionError)("; ".join(errors))
 
