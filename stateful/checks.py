@@ -14,7 +14,7 @@ import itertools
 import re
 import secrets
 import shlex
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 __all__ = [
@@ -130,38 +130,43 @@ def rows_after(screen: str, needle: str) -> list[str]:
 
 
 def view_problem(view: Sequence[Mapping[str, Any]], running: Iterable[tuple[str, str]],
-                 ids: Mapping[tuple[str, str], str], optional: Iterable[tuple[str, str]] = ()) -> str | None:
+                 ids: Mapping[tuple[str, str], str], baseline: Iterable[tuple[str, str]] = (),
+                 fits_baseline: Callable[[str], bool] = lambda rid: False) -> str | None:
     """Whether ``/resources/terminals`` disagrees with list's running pairs (None if it agrees).
 
     Entries name their pair by ``terminal``/``session`` where they carry them, else by resource id.
-    ``optional`` pairs (the server's own, from the baseline) may or may not be shown.
+    Every entry must be a running pair (by its created event's id where it carries one), or one of
+    the server's own terminals (the ``baseline``, which it may or may not show, named or with an id
+    that ``fits_baseline``); nothing else may stay, e.g. a terminal that was closed.
     """
-    skip = set(optional)
+    skip = set(baseline)
     want = set(running)
     got: set[tuple[str, str]] = set()
     by_id = {rid: key for key, rid in ids.items()}
     for entry in view:
         if not isinstance(entry, Mapping):
             return f"a /resources/terminals entry is not an object: {entry!r}"
+        rid = entry.get("id", entry.get("resource_id"))
         if isinstance(entry.get("terminal"), str) and isinstance(entry.get("session"), str):
             key = (entry["terminal"], entry["session"])
-        else:
-            rid = entry.get("id", entry.get("resource_id"))
-            if rid not in by_id and not skip:
-                return f"/resources/terminals shows an unknown resource {entry!r}"
-            if rid not in by_id:
-                continue  # an id we never saw created: the server's own terminal (baseline)
+        elif rid in by_id:
             key = by_id[rid]
+        elif isinstance(rid, str) and fits_baseline(rid):
+            continue  # the server's own terminal, shown by id
+        else:
+            return f"/resources/terminals shows {entry!r}, which is no running terminal of this session"
         if key in skip:
             continue
+        if key not in want:
+            return (f"/resources/terminals shows {key[0]}:{key[1]!r}, which is not running in this session "
+                    f"(list's running pairs are {sorted(want)})")
         if key in got:
             return f"/resources/terminals shows {key} twice"
         got.add(key)
-        rid = entry.get("id", entry.get("resource_id"))
         if key in ids and isinstance(rid, str) and rid != ids[key]:
             return f"/resources/terminals gives {key} id {rid!r}, its created event said {ids[key]!r}"
     if got != want:
-        return (f"/resources/terminals shows {sorted(got)}, list's running pairs are {sorted(want)}")
+        return f"/resources/terminals shows {sorted(got)}, list's running pairs are {sorted(want)}"
     return None
 
 

@@ -35,8 +35,10 @@ from stateful.model import (
     Judgement,
     Ledger,
     Life,
+    PANE_ROWS,
     PairState,
     Reconciled,
+    addressed_pair,
     SessionModel,
     UnsupportedServer,
     describe,
@@ -44,6 +46,7 @@ from stateful.model import (
     judge_step,
     pair_name,
     reconcile_events,
+    resource_id_fits,
 )
 from stateful.targets.base import AgentSession, StepTimeout, Target, TargetError
 from stateful.targets.probe import Probe, ProcRef
@@ -223,6 +226,7 @@ class TerminalMachine(RuleBasedStateMachine):
         self.busy = True
         n = self.turns
         before_ended = agent.model.ended
+        history = self._history_before(agent, steps)
         try:
             outputs = agent.session.run_turn(steps, step_timeout=self.cfg.step_timeout)
         except StepTimeout as hang:
@@ -250,11 +254,51 @@ class TerminalMachine(RuleBasedStateMachine):
             for c, j in zip(calls, js):
                 event(j.label)
                 self._after_call(agent, c, j)
+                self._check_rows(c, j, history)
             judged.append(js)
         self._check_sockets()
         self._check_events(agent)
         self._check_probe(agent, before_ended)
         return judged
+
+    def _history_before(self, agent: Agent, steps: Sequence[Sequence[Call]]) -> dict[tuple[str, str], tuple[str, int]]:
+        """For every pair a read of the turn addresses whose program sits idle at its prompt (and
+        that the turn types nothing into): its socket and how many lines of history its pane holds
+        (probe). Nothing is printed there meanwhile, so the read's rows are exactly known: the check
+        never depends on how fast output arrives."""
+        typed_into = {addressed_pair(c) for step in steps for c in step if c.tool == SEND}
+        found: dict[tuple[str, str], tuple[str, int]] = {}
+        for call in (c for step in steps for c in step if c.tool == READ):
+            key = addressed_pair(call)
+            pair = agent.model.pair(*key) if key is not None else None
+            shell = agent.shells.get(pair.instance) if pair is not None else None
+            if (pair is None or pair.life is not Life.ALIVE or shell is None or not shell.ready
+                    or key in typed_into or key in found or not self._probe_on(pair.socket)):
+                continue
+            size = self.probe.history_size(pair.socket)
+            if size is not None:
+                found[pair.key] = (pair.socket, size)
+        return found
+
+    def _check_rows(self, call: Call, j: Judgement, history: dict[tuple[str, str], tuple[str, int]]) -> None:
+        """§1 read: a read holds exactly min(N, H) + 24 rows, H being the lines of history the pane
+        holds (checked where H is known: see ``_history_before``; the probe reads it again after the
+        turn, and a pane that changed after all is not judged)."""
+        if call.tool != READ or not (isinstance(j.value, dict) and isinstance(j.value.get("screen"), str)):
+            return
+        key = addressed_pair(call)
+        if key not in history:
+            return
+        socket, held = history[key]
+        if self.probe.history_size(socket) != held:
+            event("read: rows not judged (the pane changed)")
+            return
+        lines, rows = j.value["scrollback_lines"], j.value["screen"].count("\n")
+        expected = min(lines, held) + PANE_ROWS
+        if rows != expected:
+            fail("read.rows-exact", f"{call!r} -> {rows} rows: the pane holds {held} lines of history (tmux), so a "
+                                    f"read with scrollback {lines} holds min(N, H) + {PANE_ROWS} = {expected} rows")
+        event("read: rows exact")
 
     def _scope_problem(self, agent: Agent, calls: Sequence[Call], outputs: Sequence[str]) -> tuple[str, str] | None:
         """Why a call on a pair this session never launched found a terminal (it must not): another
@@ -358,7 +402,9 @@ class TerminalMachine(RuleBasedStateMachine):
             pair = agent.model.pair(inst.terminal, inst.session)
             if pair is not None and pair.instance == number:
                 ids[(inst.terminal, inst.session)] = rid
-        problem = checks.view_problem(view, [p.key for p in agent.model.alive()], ids, agent.model.baseline)
+        baseline = agent.model.baseline
+        problem = checks.view_problem(view, [p.key for p in agent.model.alive()], ids, baseline,
+                                      lambda rid: any(resource_id_fits(rid, t, s) for t, s in baseline))
         if problem:
             fail("view.terminals", f"agent {agent.index}: {problem}")
         event("view: agrees with list")

@@ -629,7 +629,8 @@ def judge_step(model: SessionModel, calls: Sequence[Call], outputs: Sequence[str
     else:
         by_pair: dict[Any, list[int]] = {}
         for i in indices:
-            by_pair.setdefault(_pair_key(calls[i]), []).append(i)
+            # calls on different pairs commute; one that names no pair depends on no pair's state
+            by_pair.setdefault(addressed_pair(calls[i]) or calls[i], []).append(i)
         groups = list(by_pair.values())
     m = model
     found: dict[int, Judgement] = {}
@@ -681,16 +682,15 @@ def _explain(model: SessionModel, group: list[int], calls: Sequence[Call],
     return _Unexplained(first_error)
 
 
-def _pair_key(call: Call) -> Any:
-    """The pair a call addresses (calls on different pairs commute), or the call itself when its
-    arguments name no pair (it then depends on no pair's state)."""
+def addressed_pair(call: Call) -> tuple[str, str] | None:
+    """The pair a call's arguments name (string ``terminal`` and ``session``), if they name one."""
     try:
         args = json.loads(call.arguments)
     except ValueError:
-        return call
+        return None
     if isinstance(args, dict) and isinstance(args.get("terminal"), str) and isinstance(args.get("session"), str):
-        return (args["terminal"], args["session"])
-    return call
+        return args["terminal"], args["session"]
+    return None
 
 
 def _any_launch_order(first: int, model: SessionModel) -> SessionModel:

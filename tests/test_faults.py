@@ -220,11 +220,14 @@ PLANTS = [  # slowest hunts first (they start first)
     Plant("extra-key-rejected", "direct", ("args.extra-keys",)),
     Plant("keys-default-none", "direct", ("send.keys",)),
     Plant("scrollback-bool", "direct", ("read.scrollback-type",)),
-    Plant("scrollback-ignored", "direct", ("read.history",)),
+    Plant("scrollback-ignored", "direct", ("read.rows-exact", "read.history")),
+    Plant("read-history-short", "direct", ("read.rows-exact",)),
+    Plant("scrollback-capped", "direct", ("read.rows-exact", "read.history")),
     Plant("list-sorted", "direct", ("list.order", "list.baseline")),
     Plant("cross-session", "direct", ("scope.session",)),
     Plant("resource-id-collision", "direct", ("events.unique-ids",)),
     Plant("items-page-gap", "sessions", ("items.pagination",)),
+    Plant("view-keeps-closed", "sessions", ("view.terminals",)),
 ]
 GAPS: dict[str, tuple[str, str, str]] = {}
 """Faults the machine does not find with the ci profile: out of the suite, not hidden (docs/faults.md).

@@ -120,7 +120,22 @@ def test_view_problem() -> None:
     assert checks.view_problem(good + good, [("bash", "a")], ids)
     assert checks.view_problem([{"id": "x", "terminal": "bash", "session": "a"}], [("bash", "a")], ids)
     assert checks.view_problem([{"id": "t", "terminal": "tui", "session": "m"}, *good], [("bash", "a")], ids,
-                               optional=[("tui", "m")]) is None
+                               baseline=[("tui", "m")]) is None
+
+
+def test_view_problem_holds_every_entry_against_the_model() -> None:
+    """Only running pairs and the server's own terminals (the baseline) may be shown: a closed
+    terminal that stays, by name or by id, is caught even when the server has terminals of its own."""
+    ids = {("bash", "a"): "terminal_bash_a"}
+    good = [{"id": "terminal_bash_a"}]
+    baseline_id = [{"id": "terminal_tui_main"}]
+    fits = lambda rid: rid == "terminal_tui_main"  # noqa: E731
+    assert checks.view_problem(baseline_id + good, [("bash", "a")], ids, [("tui", "main")], fits) is None
+    closed_by_id = [{"id": "terminal_bash_gone"}]
+    assert "no running terminal" in checks.view_problem(closed_by_id + good, [("bash", "a")], ids, [("tui", "main")], fits)
+    closed_by_name = [{"id": "terminal_bash_b", "terminal": "bash", "session": "b"}]
+    assert "not running in this session" in checks.view_problem(closed_by_name + good, [("bash", "a")], ids,
+                                                                [("tui", "main")], fits)
 
 
 @FAST

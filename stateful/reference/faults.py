@@ -29,6 +29,9 @@ FAULTS: dict[str, str] = {
     "exit-not-reaped": "the exit watcher never removes a pair whose process exited",
     "list-sorted": "list returns pairs sorted by name instead of in launch order",
     "extra-key-rejected": "a tool rejects an argument key it does not know",
+    "read-history-short": "a read with history shows one history line fewer than it should",
+    "scrollback-capped": "a read with a scrollback over 1000 shows no history at all",
+    "view-keeps-closed": "/resources/terminals keeps showing a terminal after it was closed",
 }
 
 

@@ -191,6 +191,8 @@ class SessionService:
         self._lock = threading.Lock()
         self._agents: dict[str, Agent] = {}
         self._sessions: dict[str, Session] = {}
+        self._views: dict[str, dict[str, dict[str, Any]]] = {}
+        """Planted fault "view-keeps-closed" only: every terminal resource each session's view showed."""
         self._closed = False
 
     # -- agents and sessions -------------------------------------------------------------------
@@ -317,6 +319,11 @@ class SessionService:
                     "tmux_socket": info.tmux_socket,
                 }
             )
+        if faults.enabled("view-keeps-closed"):
+            # Planted fault: the view is a cache that adds what it sees and never drops a terminal.
+            seen = self._views.setdefault(session_id, {})
+            seen.update((r["id"], r) for r in resources)
+            return list(seen.values())
         return resources
 
     # -- turns ----------------------------------------------------------------------------------

@@ -235,9 +235,14 @@ def sys_terminal_read(arguments: str, context: ToolContext) -> str:
         problem = "'scrollback' must be a non-negative integer"
         return _error(_type_problem(context, terminal, session, problem))
     try:
-        # Planted fault "scrollback-ignored": the argument is validated and echoed, but not passed on.
+        # Planted fault "scrollback-ignored": the argument is validated and echoed, but not passed on;
+        # "scrollback-capped": only up to a limit (a server that caps what it captures).
         history = 0 if faults.enabled("scrollback-ignored") else scrollback
+        if faults.enabled("scrollback-capped") and history > 1000:
+            history = 0
         screen = context.registry.read(context.session_id, terminal, session, scrollback=history)
+        if faults.enabled("read-history-short") and history > 0 and screen.count("\n") > 24:
+            screen = screen.split("\n", 1)[1]  # planted fault: an off-by-one loses the oldest history line
     except (TerminalNotFound, TerminalGone):
         return _error(_not_found(terminal, session))
     except (TmuxError, OSError) as exc:

@@ -117,6 +117,16 @@ class Probe:
                 left.append(ref)
         return left
 
+    def history_size(self, socket: str) -> int | None:
+        """How many lines of history the terminal's pane holds (tmux's ``#{history_size}``), or None
+        if the server does not answer with exactly one pane."""
+        if not os.path.exists(socket):
+            return None
+        result = self._server(socket).cmd("list-panes", "-a", "-F", "#{history_size}")
+        if result.returncode != 0 or len(result.stdout) != 1 or not result.stdout[0].strip().isdigit():
+            return None
+        return int(result.stdout[0])
+
     def server_alive(self, socket: str) -> bool:
         return self.view(socket).alive
 
