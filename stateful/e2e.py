@@ -35,7 +35,9 @@ ORIGIN = "omnigent://internal"
 HEADERS = {"Origin": ORIGIN}
 HARNESS = "openai-agents"
 POLL_INTERVAL = 0.05
-SETUP_TIMEOUT = 30.0
+SETUP_TIMEOUT = 60.0
+"""Longest wait for a step of setting a session up (a runner coming online, a message's response id):
+omnigent's first turn alone may take 25 s on a loaded machine (CONTRACT §4)."""
 
 
 class TurnTimeout(AssertionError):
@@ -158,6 +160,17 @@ def _poll(what: str, probe: Any, timeout: float) -> Any:
         interval = min(interval * 2, POLL_INTERVAL)
 
 
+def await_runner_online(client: httpx.Client, runner_id: str, timeout: float | None = None) -> None:
+    """Wait (bounded: ``SETUP_TIMEOUT`` by default) until ``GET /v1/runners/<id>/status`` says online;
+    :class:`TurnTimeout` with the last answer if it never does."""
+
+    def runner_online() -> tuple[bool, Any]:
+        reply = client.get(f"/v1/runners/{runner_id}/status", headers=HEADERS)
+        return reply.status_code == 200 and reply.json().get("online") is True, f"HTTP {reply.status_code} {reply.text[:300]}"
+
+    _poll(f"runner {runner_id} to be online", runner_online, SETUP_TIMEOUT if timeout is None else timeout)
+
+
 def create_runner_bound_session(client: httpx.Client, *, agent_name: str, runner_id: str) -> str:
     """A new session of ``agent_name``, bound to ``runner_id`` once that runner is online; its id."""
     listing = client.get("/v1/sessions", params={"agent_name": agent_name, "limit": 1}, headers=HEADERS)
@@ -166,11 +179,7 @@ def create_runner_bound_session(client: httpx.Client, *, agent_name: str, runner
     assert rows, f"no session of agent {agent_name!r} is listed"
     agent_id = rows[0]["agent_id"]
 
-    def runner_online() -> tuple[bool, Any]:
-        reply = client.get(f"/v1/runners/{runner_id}/status", headers=HEADERS)
-        return reply.status_code == 200 and reply.json().get("online") is True, reply.text
-
-    _poll(f"runner {runner_id} to be online", runner_online, SETUP_TIMEOUT)
+    await_runner_online(client, runner_id)
     created = client.post("/v1/sessions", json={"agent_id": agent_id}, headers=HEADERS)
     assert created.status_code in (200, 201), f"creating a session: HTTP {created.status_code} {created.text}"
     session_id = str(created.json()["id"])

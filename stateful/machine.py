@@ -373,16 +373,23 @@ class TerminalMachine(RuleBasedStateMachine):
                 seen[p.socket] = name
 
     def _check_events(self, agent: Agent) -> None:
-        seen: list[Reconciled] = []
+        """§2.4: every launch and close (and exit) recorded its event. Polled for, where the target
+        does not record them within the call; an exit's deleted event is always polled for."""
+        last: list[Reconciled] = []
 
         def complete() -> Reconciled | None:
-            seen.append(reconcile_events(agent.model, agent.ledger, agent.session.events()))
-            return None if seen[-1].missing else seen[-1]
+            last[:] = [reconcile_events(agent.model, agent.ledger, agent.session.events())]
+            return None if last[0].missing else last[0]
 
-        rec, polls = self._eventually(complete)
+        exited = {n for n, shell in agent.shells.items() if shell.exited}
+        rec, polls = complete(), 0
+        at_once = self.target.events_with_calls and not last[0].pending & exited
+        if rec is None and not at_once:
+            rec, polls = self._eventually(complete)
         if rec is None:
-            fail("events.recorded", f"resource events missing after {self.cfg.poll_deadline:.0f} s "
-                                    f"(agent {agent.index}): {list(seen[-1].missing)}", f"  model: {describe(agent.model)}")
+            when = "once the calls returned" if at_once else f"after {self.cfg.poll_deadline:.0f} s"
+            fail("events.recorded", f"resource events missing {when} (agent {agent.index}): {list(last[0].missing)}",
+                 f"  model: {describe(agent.model)}")
         agent.ledger = rec.ledger
         for label in rec.labels:
             event(label)

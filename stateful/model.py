@@ -743,6 +743,8 @@ class Reconciled:
     missing: tuple[str, ...]
     """Events the contract requires that were not seen yet (the caller polls, then fails)."""
     labels: tuple[str, ...] = ()
+    pending: frozenset[int] = frozenset()
+    """The instances whose events are missing."""
 
 
 def reconcile_events(model: SessionModel, ledger: Ledger, events: Sequence[EventView]) -> Reconciled:
@@ -790,10 +792,14 @@ def reconcile_events(model: SessionModel, ledger: Ledger, events: Sequence[Event
         else:
             fail("events.recorded", f"unknown resource event type {ev.event_type!r}")
     have = {n for n, _ in created}
-    missing = [f"created for {i.terminal}:{i.session!r} (launch #{i.number})" for i in model.instances if i.number not in have]
-    missing += [f"deleted for {model.instances[n].terminal}:{model.instances[n].session!r} (launch #{n})"
-                for n in sorted(model.ended) if n not in deleted]
-    return Reconciled(Ledger(len(events), tuple(created), frozenset(deleted), ignored), tuple(missing), tuple(labels))
+    unmade = [i.number for i in model.instances if i.number not in have]
+    undeleted = [n for n in sorted(model.ended) if n not in deleted]
+    missing = [f"created for {pair_name(model.instances[n].terminal, model.instances[n].session)} (launch #{n})"
+               for n in unmade]
+    missing += [f"deleted for {pair_name(model.instances[n].terminal, model.instances[n].session)} (launch #{n})"
+                for n in undeleted]
+    return Reconciled(Ledger(len(events), tuple(created), frozenset(deleted), ignored), tuple(missing), tuple(labels),
+                      frozenset(unmade + undeleted))
 
 
 class UnsupportedServer(Exception):

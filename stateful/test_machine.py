@@ -9,6 +9,7 @@ from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from stateful.machine import MachineConfig, TerminalMachine
+from stateful.minimize import shorter_failure
 from stateful.repro import reported_program, write_repro
 from stateful.shrinking import shrink_budget
 from stateful.targets.base import Target, TargetError
@@ -41,7 +42,8 @@ def _run(machine: type[TerminalMachine], target: Target, config: MachineConfig, 
             run_state_machine_as_test(machine, settings=settings())
     except TargetError as failure:
         report = failure_report(failure, NOT_WRITTEN)  # failed below, outside the handler: no chained report
-    except AssertionError as failure:
+    except AssertionError as caught:
+        failure = shorter_failure(machine, caught)  # steps Hypothesis's shrinking left, dropped if they can be
         outcome = "stateful: no regression test was written (--repro-dir '')"
         if repro_dir is not None and reported_program(failure):
             outcome = f"stateful: this program is now a regression test: {write_repro(repro_dir, target.name, failure)}"

@@ -56,12 +56,13 @@ from hypothesis.stateful import INITIALIZE_RULE_MARKER, RULE_MARKER, run_state_m
 from stateful.clauses import CLAUSES, clause_of
 from stateful.machine import MachineConfig, TerminalMachine
 from stateful.reference import faults
+from stateful.minimize import shorter_failure
 from stateful.repro import reported_program
 from stateful.shrinking import shrink_budget
 from stateful.targets.base import StepTimeout, Target
 
 ROOT = Path(__file__).resolve().parent.parent
-SHRINKS = 80
+SHRINKS = 40
 """Successful shrinks a hunt allows (Hypothesis's own limit is 500): the budget that decides how far a
 failure is shrunk, the same however busy the machine is (the hunts' programs are deterministic)."""
 SHRINK_BUDGET = 300
@@ -176,6 +177,8 @@ def hunt(kind: str, names: tuple[str, ...] = (), hypothesis_settings: settings =
                     run_state_machine_as_test(FaultHunt, settings=hypothesis_settings)
                 except Exception as exc:  # judged by the test
                     error = exc
+                if error is not None:  # with the fault still on: the steps Hypothesis left, dropped if they can be
+                    error = shorter_failure(FaultHunt, error)
             # the target is torn down here, with the faults switched off again
     result.seconds = round(time.monotonic() - start, 1)
     if error is not None:

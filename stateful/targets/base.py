@@ -97,6 +97,9 @@ class Target(abc.ABC):
     """Address for reports."""
     declared: Mapping[str, str]
     """Declared terminal name -> command line, as the agent spec declares them."""
+    events_with_calls: bool = False
+    """Whether the target records a launch's created event and a close's deleted event before the
+    call returns (the in-process registry does). Elsewhere they are polled for: §2.4 gives no bound."""
 
     @abc.abstractmethod
     def open_session(self) -> AgentSession:

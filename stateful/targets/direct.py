@@ -81,6 +81,8 @@ class DirectSession(AgentSession):
 class DirectTarget(Target):
     name = "direct"
     where = "in-process reference registry"
+    events_with_calls = True
+    """The registry emits a launch's and a close's event inside the call (its on_event callback)."""
 
     def __init__(self, *, server_made: bool = True) -> None:
         self.declared: Mapping[str, str] = {n: s.command_line for n, s in DECLARED_SPECS.items()}

@@ -17,7 +17,7 @@ import itertools
 import json
 import secrets
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -27,6 +27,7 @@ from stateful.e2e import (
     HEADERS,
     TurnTimeout,
     agent_spec_yaml,
+    await_runner_online,
     configure_mock_llm,
     poll_session_until_terminal,
     send_user_message_to_session,
@@ -49,7 +50,6 @@ SH_TERMINAL = {"command": "bash", "args": ["--norc", "--noprofile"],
 """The second declared terminal: bash without rc files (the first, ``bash``, reads them)."""
 PAGE_SIZES = (7, 2, 1000, 3, 1)
 """Page sizes cycled by the incremental item fetch (small ones make many pages)."""
-SETUP_TIMEOUT = 60.0
 PROGRESS_EVERY = 2.0
 """Seconds between checks of a running turn's progress (which steps have all their outputs)."""
 
@@ -134,19 +134,36 @@ class HttpSession(AgentSession):
         return reply.json()
 
     def _fetch_new(self) -> None:
-        """Follow pages after the last item seen; then check them against one large page."""
+        """Follow small pages after the last item seen; then check the new items against large pages
+        (1000) after the same item: pagination must be exact (§2.7) at any size of the session."""
         path = f"/v1/sessions/{self.session_id}/items"
-        cursor = self._items[-1]["id"] if self._items else None
-        new: list[dict[str, Any]] = []
+        start = self._items[-1]["id"] if self._items else None
+        new = self._walk(path, start, self._pages)
+        self._items.extend(new)
+        whole = self._walk(path, start, itertools.repeat(1000))
+        paged, listed = [i.get("id") for i in new], [i.get("id") for i in whole]
+        if listed[: len(paged)] != paged:  # items recorded meanwhile (an exit's event) may follow
+            lost = [i for i in listed[: len(paged) + 1] if i not in paged]
+            dup = len(paged) - len(set(paged))
+            fail("items.pagination",
+                 "items pagination is not exact (following after=last_id while has_more must yield every "
+                 f"item once, in order): {len(paged)} new items in small pages vs {len(listed)} in pages of 1000; "
+                 f"first lost: {lost[:3]}, duplicates: {dup}")
+
+    def _walk(self, path: str, after: str | None, sizes: Iterator[int]) -> list[dict[str, Any]]:
+        """Every item after ``after`` (all, if None), following ``after=last_id`` while ``has_more``
+        with page sizes from ``sizes``; the pages' own shape is checked on the way."""
+        items: list[dict[str, Any]] = []
+        cursor = after
         for _ in range(100_000):
-            params: dict[str, Any] = {"order": "asc", "limit": next(self._pages)}
+            params: dict[str, Any] = {"order": "asc", "limit": next(sizes)}
             if cursor is not None:
                 params["after"] = cursor
             page = self._get(path, **params)
             data = page.get("data")
             if not isinstance(data, list):
                 fail("items.pagination", f"GET items: 'data' is not a list: {page!r}"[:800])
-            new.extend(data)
+            items.extend(data)
             if data:
                 if page.get("last_id") != data[-1].get("id") or page.get("first_id") != data[0].get("id"):
                     fail("items.pagination", f"GET items {params}: first_id/last_id do not name the page's ends")
@@ -155,17 +172,7 @@ class HttpSession(AgentSession):
                 break
             if not data:
                 fail("items.pagination", f"GET items {params}: an empty page says has_more")
-        self._items.extend(new)
-        full = self._get(path, order="asc", limit=1000)
-        ids = [i.get("id") for i in full.get("data", [])]
-        seen = [i.get("id") for i in self._items]
-        if len(seen) <= 1000 and ids[: len(seen)] != seen:
-            lost = [i for i in ids[: len(seen) + 1] if i not in seen]
-            dup = len(seen) - len(set(seen))
-            fail("items.pagination",
-                 "items pagination is not exact (following after=last_id while has_more must yield every "
-                f"item once, in order): {len(seen)} items paged vs {len(ids)} in one page; "
-                f"first lost: {lost[:3]}, duplicates: {dup}")
+        return items
 
     # -- turns ------------------------------------------------------------------------------------
     def run_turn(self, steps: Sequence[Step], *, step_timeout: float) -> list[list[str]]:
@@ -324,14 +331,14 @@ class SessionsTarget(Target):
         if reply.status_code != 201:
             fail("api.status", f"registering agent {name}: HTTP {reply.status_code} {reply.text[:500]}")
         session_id = str(reply.json()["session_id"])
-        deadline = time.monotonic() + SETUP_TIMEOUT
-        while True:
-            status = self.client.get(f"/v1/runners/{self.runner_id}/status")
-            if status.status_code == 200 and status.json().get("online") is True:
-                break
-            if time.monotonic() > deadline:
-                raise TargetError(f"runner {self.runner_id} is not online: {status.status_code} {status.text[:300]}")
-            time.sleep(0.2)
+        try:
+            await_runner_online(self.client, self.runner_id)
+        except TurnTimeout as exc:
+            offline = TargetError(f"{self.where}: {exc}")
+        else:
+            offline = None
+        if offline is not None:
+            raise offline
         bound = self.client.patch(f"/v1/sessions/{session_id}", json={"runner_id": self.runner_id})
         if bound.status_code != 200:
             fail("api.status", f"binding session {session_id} to runner: HTTP {bound.status_code} {bound.text[:300]}")

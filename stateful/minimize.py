@@ -1,0 +1,140 @@
+"""A shrink pass after Hypothesis's: drop whole steps of the reported program, one at a time.
+
+Hypothesis shrinks the choices a program was drawn from; deleting a step in the middle of a long
+program is one of many passes, each attempt a full replay, and on real terminals (or through HTTP)
+it often runs out of budget with steps left that have nothing to do with the failure. This pass
+works on the program as Hypothesis reports it (one line of Python per step, as the repro files
+replay it): it tries the program without each step, latest first, and keeps the shorter program when
+it still fails with the same clause. A step whose bundle value (``pairs_3 = state.launch(...)``) a
+later step uses is kept. Each attempt is one replay; their number is bounded, and so the result is the
+same on a busy machine as on an idle one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Collection, Sequence
+
+from hypothesis import HealthCheck, Phase, example, given, note, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import INVARIANT_MARKER
+
+from stateful import repro
+from stateful.clauses import clause_of
+
+__all__ = ["drop_steps", "invariants_of", "replay_program", "rule_groups", "shorter_failure"]
+
+_DEFINES = re.compile(r"^([\w, ]+) = state\.")
+_NAME = re.compile(r"\b[A-Za-z_]\w*_\d+\b")
+
+
+def invariants_of(machine: type) -> frozenset[str]:
+    """The names of a machine's invariants (Hypothesis prints their checks as ``state.name()``)."""
+    return frozenset(name for name in dir(machine) if hasattr(getattr(machine, name, None), INVARIANT_MARKER))
+
+
+def rule_groups(program: Sequence[str], invariants: Collection[str]) -> list[list[str]]:
+    """The reported program as steps: each rule's line with the invariant checks that follow it.
+    The ``state = ...()`` line and ``state.teardown()`` are left out (a replay adds them)."""
+    checks = {f"state.{name}()" for name in invariants}
+    groups: list[list[str]] = []
+    for line in program:
+        if line.startswith("state = ") or line == "state.teardown()":
+            continue
+        if groups and line in checks:
+            groups[-1].append(line)
+        else:
+            groups.append([line])
+    return groups
+
+
+def _defined(group: list[str]) -> set[str]:
+    match = _DEFINES.match(group[0])
+    return {name.strip() for name in match.group(1).split(",")} if match else set()
+
+
+def drop_steps(program: Sequence[str], still_fails: Callable[[list[str]], bool], max_replays: int,
+               invariants: Collection[str]) -> list[str]:
+    """The shortest program found by dropping single steps (never the first, which opens the first
+    agent session) while ``still_fails``; at most ``max_replays`` calls of it."""
+    head = [line for line in program if line.startswith("state = ")][:1]
+    groups = rule_groups(program, invariants)
+    replays = 0
+    changed = True
+    while changed and replays < max_replays:
+        changed = False
+        for index in range(len(groups) - 1, 0, -1):
+            if replays >= max_replays:
+                break
+            rest = groups[:index] + groups[index + 1:]
+            used_later = {name for group in groups[index + 1:] for line in group for name in _NAME.findall(line)}
+            if _defined(groups[index]) & used_later:
+                continue
+            replays += 1
+            candidate = head + [line for group in rest for line in group] + ["state.teardown()"]
+            if still_fails(candidate):
+                groups = rest
+                changed = True
+    return head + [line for group in groups for line in group] + ["state.teardown()"]
+
+
+def replay_program(machine: type, program: Sequence[str]) -> BaseException | None:
+    """Run a reported program once on a fresh ``machine`` (bound to its target); the failure it
+    raised, or None. Each step's line is noted after it ran, as Hypothesis reports a program, so the
+    failure's notes hold the program (``repro.reported_program`` reads it back)."""
+    namespace = {name: getattr(repro, name) for name in repro.__all__}
+    steps = [line for line in program if not line.startswith("state = ") and line != "state.teardown()"]
+
+    @settings(database=None, phases=[Phase.explicit], deadline=None, suppress_health_check=list(HealthCheck))
+    @example(None)  # one run, whose notes Hypothesis attaches to its failure (a generated one runs twice)
+    @given(st.none())
+    def once(_: None) -> None:
+        state = machine()
+        note(f"state = {type(state).__name__}()")
+        scope = dict(namespace, state=state)
+        try:
+            for line in steps:
+                try:
+                    exec(line, scope)  # noqa: S102 - a line Hypothesis printed for this very machine
+                finally:
+                    note(line)
+        finally:
+            note("state.teardown()")
+            state.teardown()
+
+    try:
+        once()
+    except BaseException as failure:  # judged by the caller
+        notes = getattr(failure, "__notes__", [])
+        notes[:] = [n for n in notes if not str(n).startswith("Failing explicit example")]
+        return failure
+    return None
+
+
+def shorter_failure(machine: type, failure: BaseException, max_replays: int | None = None) -> BaseException:
+    """``failure`` (a contract violation whose notes hold the program that raised it), or the failure
+    of a shorter program that breaks the same clause, found by :func:`drop_steps` with replays of
+    ``machine`` (bound to the target that failed; at most 3 per step by default). Its notes say how
+    many steps were dropped."""
+    clause = clause_of(failure)
+    program = repro.reported_program(failure)
+    invariants = invariants_of(machine)
+    groups = rule_groups(program, invariants)
+    if not clause or len(groups) <= 2:
+        return failure
+    found: list[BaseException] = []
+
+    def check(candidate: list[str]) -> bool:
+        replayed = replay_program(machine, candidate)
+        if replayed is not None and clause_of(replayed) == clause:
+            found[:] = [replayed]
+            return True
+        return False
+
+    shorter = drop_steps(program, check, 3 * len(groups) if max_replays is None else max_replays, invariants)
+    if not found:
+        return failure
+    dropped = len(groups) - len(rule_groups(shorter, invariants))
+    found[0].add_note(f"stateful: {dropped} of the {len(groups)} steps Hypothesis's shrinking left were dropped "
+                      "(each replayed without it, failing the same way)")
+    return found[0]

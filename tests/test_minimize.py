@@ -1,0 +1,92 @@
+"""The shrink pass after Hypothesis's (stateful/minimize.py): whole steps dropped, same clause."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from stateful.clauses import clause_of
+from stateful.machine import MachineConfig, TerminalMachine
+from stateful.minimize import drop_steps, invariants_of, replay_program, rule_groups, shorter_failure
+from stateful.reference import faults
+from stateful.repro import reported_program
+
+PROGRAM = [
+    "state = SomeMachine()",
+    "pairs_0 = state.start(terminal='bash', name='main')",
+    "state.live_pairs_have_private_servers()",
+    "state.list_every_agent()",
+    "state.live_pairs_have_private_servers()",
+    "pairs_1 = state.launch(agent=0, copies=1, deco=Decoration(), name='x', terminal='sh')",
+    "state.live_pairs_have_private_servers()",
+    "state.list_every_agent()",
+    "state.live_pairs_have_private_servers()",
+    "state.read_bad_scrollback(pair=pairs_1, value=True)",
+    "state.live_pairs_have_private_servers()",
+    "state.teardown()",
+]
+
+
+INVARIANTS = invariants_of(TerminalMachine)
+
+
+def test_rule_groups_keep_each_rule_with_its_invariant_checks() -> None:
+    assert INVARIANTS == {"live_pairs_have_private_servers"}
+    groups = rule_groups(PROGRAM, INVARIANTS)
+    assert [g[0].split("(")[0] for g in groups] == [
+        "pairs_0 = state.start", "state.list_every_agent", "pairs_1 = state.launch", "state.list_every_agent",
+        "state.read_bad_scrollback"]
+    assert all(g[1:] == ["state.live_pairs_have_private_servers()"] for g in groups)
+
+
+def test_drop_steps_keeps_what_the_failure_needs_and_what_later_steps_use() -> None:
+    """The failure needs the read; the read uses pairs_1, so its launch stays; the first step stays."""
+    tried: list[list[str]] = []
+
+    def still_fails(program: list[str]) -> bool:
+        tried.append(program)
+        return any("read_bad_scrollback" in line for line in program)
+
+    shorter = drop_steps(PROGRAM, still_fails, max_replays=20, invariants=INVARIANTS)
+    assert [line for line in shorter if "live_pairs" not in line] == [
+        PROGRAM[0], PROGRAM[1], PROGRAM[5], PROGRAM[9], "state.teardown()"]
+    assert all(program[0] == PROGRAM[0] and program[-1] == "state.teardown()" for program in tried)
+    assert not any(PROGRAM[5] not in program for program in tried)  # pairs_1's launch is never tried without
+
+
+def test_drop_steps_stops_at_its_replay_budget() -> None:
+    calls: list[int] = []
+    drop_steps(PROGRAM, lambda program: calls.append(1) is None and False, max_replays=2, invariants=INVARIANTS)
+    assert len(calls) == 2
+
+
+@pytest.fixture
+def faulty_direct_machine() -> Iterator[type[TerminalMachine]]:
+    """A machine bound to a fresh in-process target with the scrollback-bool fault on."""
+    from stateful.targets.direct import DirectTarget
+
+    with faults.activated("scrollback-bool"):
+        target = DirectTarget()
+        try:
+            machine = type("MinimizeMachine", (TerminalMachine,), {})
+            machine.bind(target, MachineConfig(poll_deadline=10))
+            yield machine
+        finally:
+            target.close()
+
+
+def test_shorter_failure_drops_the_steps_the_failure_does_not_need(faulty_direct_machine: type[TerminalMachine]) -> None:
+    """A real replay on real terminals: the program fails without the extra steps too, so they go,
+    and the failure that comes back names the same clause and holds the shorter program."""
+    program = [line.replace("SomeMachine", "MinimizeMachine") for line in PROGRAM]
+    failure = replay_program(faulty_direct_machine, program)
+    assert failure is not None and clause_of(failure) == "read.scrollback-type"
+    # the notes hold the program as Hypothesis reports one: up to the failing step, then teardown
+    assert reported_program(failure) == program[:10] + ["state.teardown()"]
+
+    shorter = shorter_failure(faulty_direct_machine, failure)
+    assert clause_of(shorter) == "read.scrollback-type"
+    steps = [line for line in reported_program(shorter) if "live_pairs" not in line]
+    assert steps == [program[0], program[1], program[5], program[9], "state.teardown()"]
+    assert any("2 of the 5 steps" in str(note) for note in shorter.__notes__)
