@@ -30,7 +30,9 @@ Two things keep the file within its time budget (docs/faults.md has the measurem
 * **parallel hunts**: hunts mostly wait for terminals, so ``WORKERS`` of them run at once, each in its
   own interpreter (``python tests/test_faults.py FAULT TARGET BUDGET OUT``): a fault switched on in one can
   never reach another. Their terminals live under the session's leak-guarded temp root (``TMPDIR``),
-  and a hunt's whole process group is ended if it outlives ``HUNT_TIMEOUT``.
+  and a hunt's whole process group is ended if it outlives ``HUNT_TIMEOUT``, and when the test run
+  ends, is interrupted (SIGINT, or SIGTERM as ``timeout`` and CI runners send) or is killed
+  (``stateful.workers``; ``tests/test_interrupt.py`` shows it).
 """
 
 from __future__ import annotations
@@ -39,9 +41,9 @@ import concurrent.futures as cf
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -53,6 +55,7 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import INITIALIZE_RULE_MARKER, RULE_MARKER, run_state_machine_as_test
 
+from stateful import workers
 from stateful.clauses import CLAUSES, clause_of
 from stateful.machine import MachineConfig, TerminalMachine
 from stateful.reference import faults
@@ -246,13 +249,19 @@ CONTROL_EXAMPLES = 5
 
 
 class Hunter:
-    """Runs every hunt in its own interpreter, ``WORKERS`` at a time, from the moment it is created."""
+    """Runs every hunt in its own interpreter, ``WORKERS`` at a time, from the moment it is created.
+
+    Each hunt is a :mod:`stateful.workers` worker: :meth:`close` (the ``hunter`` fixture's finalizer,
+    which also runs when the test run is interrupted by SIGINT or SIGTERM) ends every hunt still
+    running, and a hunt whose test run was killed outright ends itself."""
 
     def __init__(self, temp_root: str, workdir: Path, plants: list[Plant] | None = None) -> None:
         self._temp_root = temp_root
         self._workdir = workdir
-        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._workers: dict[str, workers.Worker] = {}
         self._closing = False
+        self._lock = threading.Lock()
+        """Orders the start of a hunt against :meth:`close`: none starts once closing began."""
         self._pool = cf.ThreadPoolExecutor(WORKERS, thread_name_prefix="fault-hunt")
         chosen = [*PLANTS, CONTROL] if plants is None else plants
         self._futures = {p.fault: self._pool.submit(self._run, p) for p in chosen}
@@ -268,45 +277,33 @@ class Hunter:
         env["TMPDIR"] = self._temp_root
         started = time.monotonic()
         with open(log, "wb") as sink:
-            if self._closing:
-                return Hunt(message="not run: the test session is ending"), 0.0, ""
-            proc = subprocess.Popen(
-                [sys.executable, __file__, plant.fault or "-", plant.target, str(plant.budget), str(out)],
-                cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            self._procs[name] = proc
+            with self._lock:
+                if self._closing:
+                    return Hunt(message="not run: the test session is ending"), 0.0, ""
+                worker = workers.start_worker(
+                    [sys.executable, __file__, plant.fault or "-", plant.target, str(plant.budget), str(out)],
+                    cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
+                )
+                self._workers[name] = worker
             try:
-                proc.wait(timeout=HUNT_TIMEOUT)
+                worker.wait(timeout=HUNT_TIMEOUT)
             except subprocess.TimeoutExpired:
-                self._end(proc)
+                worker.end()  # its terminals' tmux servers are then ended by its reaper
         wall = time.monotonic() - started
         tail = log.read_text(errors="replace")[-3000:]
-        if proc.returncode != 0 or not out.exists():
-            return Hunt(error_type="HuntCrashed", message=f"hunt exited {proc.returncode} after {wall:.0f} s"), wall, tail
+        code = worker.proc.returncode
+        if code != 0 or not out.exists():
+            return Hunt(error_type="HuntCrashed", message=f"hunt exited {code} after {wall:.0f} s"), wall, tail
         return Hunt(**json.loads(out.read_text())), wall, tail
 
-    @staticmethod
-    def _end(proc: subprocess.Popen[bytes]) -> None:
-        """End a hunt's process group (its terminals' tmux servers are then ended by its reaper)."""
-        for signum in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(proc.pid, signum)
-            except ProcessLookupError:
-                return
-            try:
-                proc.wait(timeout=10)
-                return
-            except subprocess.TimeoutExpired:
-                continue
-
     def close(self) -> None:
-        self._closing = True
+        """Cancel the hunts not started yet and end the running ones (all at once)."""
+        with self._lock:
+            self._closing = True
+            running = list(self._workers.values())
         for future in self._futures.values():
             future.cancel()
-        for proc in list(self._procs.values()):
-            if proc.poll() is None:
-                self._end(proc)
+        workers.end_all(running)
         self._pool.shutdown(wait=True)
 
 
@@ -368,4 +365,5 @@ def _main(fault: str, kind: str, budget: str, out: str) -> None:
 
 
 if __name__ == "__main__":
+    workers.follow_parent()  # a hunt ends with its test run, even one that was killed outright
     _main(*sys.argv[1:5])
