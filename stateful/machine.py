@@ -618,11 +618,7 @@ class TerminalMachine(RuleBasedStateMachine):
         try:
             model = initial_model(DECLARED, first, launched_elsewhere)
         except UnsupportedServer as exc:
-            unsupported = TargetError(f"{self.target.where}: {exc}")
-        else:
-            unsupported = None
-        if unsupported is not None:
-            raise unsupported
+            raise TargetError(f"{self.target.where}: {exc}") from None
         agent = Agent(index, session, model)
         self.live.append(agent)
         event(f"agent: baseline of {len(model.baseline)} server-made pairs")

@@ -25,7 +25,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from types import FrameType
 from typing import Any
 
@@ -191,3 +191,19 @@ def _await_parent_death(fd: int, grace: float) -> None:
         else:
             os.kill(os.getpid(), signum)
         time.sleep(grace)  # reached only if this process handles SIGTERM and is still ending
+
+
+def processes() -> Iterator[tuple[int, bytes, bytes]]:
+    """(pid, command line, environment) of every process this user may read, except this one: what
+    tells whether anything of a run (named in its argv or environment) is still alive."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as handle:
+                cmdline = handle.read()
+            with open(f"/proc/{name}/environ", "rb") as handle:
+                environ = handle.read()
+        except OSError:
+            continue
+        yield int(name), cmdline, environ

@@ -19,6 +19,7 @@ import pytest
 
 from stateful import workers
 from stateful.reference.registry import ResourceEvent, TerminalRegistry
+from stateful.workers import processes
 from stateful.reference.spec import TerminalSpec
 from stateful.reference.tmux import SOCKET_DIR_PREFIX
 from stateful.reference.tools import ToolContext, call_tool
@@ -29,21 +30,6 @@ T = TypeVar("T")
 # Terminal fixtures
 
 
-def _processes() -> Iterator[tuple[int, bytes, bytes]]:
-    """(pid, command line, environment) of every process we may read, except this one."""
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as handle:
-                cmdline = handle.read()
-            with open(f"/proc/{name}/environ", "rb") as handle:
-                environ = handle.read()
-        except OSError:
-            continue
-        yield int(name), cmdline, environ
-
-
 def _terminal_pids(path: str) -> list[int]:
     """Live processes of the terminal(s) under ``path`` (a socket path or a directory).
 
@@ -52,7 +38,7 @@ def _terminal_pids(path: str) -> list[int]:
     """
     needle = os.fsencode(path)
     found = []
-    for pid, cmdline, environ in _processes():
+    for pid, cmdline, environ in processes():
         tmux = [v for v in environ.split(b"\0") if v.startswith(b"TMUX=")]
         if needle in cmdline or any(needle in v for v in tmux):
             found.append(pid)
@@ -63,7 +49,7 @@ def _pids_naming(path: str) -> list[int]:
     """Live processes whose command line or environment names ``path``: besides the terminals, the
     fault hunts' workers and their reapers (their ``TMPDIR`` is the temp root)."""
     needle = os.fsencode(path)
-    return [pid for pid, cmdline, environ in _processes() if needle in cmdline or needle in environ]
+    return [pid for pid, cmdline, environ in processes() if needle in cmdline or needle in environ]
 
 
 def _poll(predicate: Callable[[], T], *, timeout: float = 10.0, interval: float = 0.02) -> T:

@@ -26,6 +26,7 @@ import pytest
 
 from stateful import workers
 from stateful.reference.tmux import ProcessRef
+from stateful.workers import processes
 
 T = TypeVar("T")
 
@@ -58,19 +59,10 @@ def _processes_naming(marker: str) -> dict[int, list[str]]:
     """pid -> argv of the live processes whose command line or environment names ``marker``."""
     needle = os.fsencode(marker)
     found = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as handle:
-                cmdline = handle.read()
-            with open(f"/proc/{name}/environ", "rb") as handle:
-                environ = handle.read()
-        except OSError:
-            continue
-        ref = ProcessRef.of(int(name))
+    for pid, cmdline, environ in processes():
+        ref = ProcessRef.of(pid)
         if (needle in cmdline or needle in environ) and ref is not None and ref.alive():
-            found[int(name)] = [os.fsdecode(a) for a in cmdline.split(b"\0") if a]
+            found[pid] = [os.fsdecode(a) for a in cmdline.split(b"\0") if a]
     return found
 
 

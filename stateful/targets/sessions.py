@@ -334,11 +334,7 @@ class SessionsTarget(Target):
         try:
             await_runner_online(self.client, self.runner_id)
         except TurnTimeout as exc:
-            offline = TargetError(f"{self.where}: {exc}")
-        else:
-            offline = None
-        if offline is not None:
-            raise offline
+            raise TargetError(f"{self.where}: {exc}") from None
         bound = self.client.patch(f"/v1/sessions/{session_id}", json={"runner_id": self.runner_id})
         if bound.status_code != 200:
             fail("api.status", f"binding session {session_id} to runner: HTTP {bound.status_code} {bound.text[:300]}")
