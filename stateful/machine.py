@@ -805,7 +805,11 @@ class TerminalMachine(RuleBasedStateMachine):
           relaunch=st.sampled_from(("no", "after-removal", "quick")))
     def exit_shell(self, index: int, window: list[str], relaunch: str) -> None:
         """``exit`` in the shell: until the server notices, list/send/read/close may see it either way;
-        then it must be removed (polled); then, optionally, launched again."""
+        then it must be removed (polled); then, optionally, launched again.
+
+        Where the probe sees the terminal's processes, the window's calls come once they are gone:
+        what a server answers then does not depend on how fast the shell ran ``exit``, so a program
+        gives the same outcome on every replay (one that found a bug finds it again)."""
         pair = self._pick(index, "shell")
         live = self._live_shell(pair)
         if live is None or live[2].mode != "shell":
@@ -816,6 +820,9 @@ class TerminalMachine(RuleBasedStateMachine):
         shell.exited = True
         a.model = a.model._with_pair(replace(p, life=Life.EXITING))
         self._type(a, pair, [{"text": "exit"}], gen.Decoration(), read_after=False)
+        died: bool | None = None  # unknown where the probe cannot see the processes
+        if shell.processes and self._probe_on(shell.socket):
+            died = bool(self._eventually(lambda: True if not self.probe.leftovers(shell.processes) else None)[0])
         steps: list[list[Call]] = []
         for what in window:
             steps.append({"list": self._list_step(), "read": [self._read(pair)],
@@ -825,29 +832,25 @@ class TerminalMachine(RuleBasedStateMachine):
             self._turn(a, steps)
         if relaunch == "quick":
             self._await_exit(a, pair, lambda: (q := a.model.pair(pair.terminal, pair.session)) is None or q.life is Life.DEAD,
-                             [self._read(pair)], f"{pair} to be reported dead", "read.dead")
+                             [self._read(pair)], f"{pair} to be reported dead", "read.dead", died)
         else:
             self._await_exit(a, pair, lambda: a.model.pair(pair.terminal, pair.session) is None,
-                             self._list_step(), f"{pair} to be removed from list after its exit", "list.exit-removed")
+                             self._list_step(), f"{pair} to be removed from list after its exit", "list.exit-removed", died)
         if relaunch != "no":
             js = self._turn(a, [[_call(LAUNCH, _pair_args(pair))], self._list_step()])
             if js[0][0].value.get("status") != "launched":
                 fail("launch.relaunch", f"launch after exit of {pair} did not start a new process: {js[0][0].value}")
 
     def _await_exit(self, agent: Agent, ref: PairRef, done: Callable[[], bool], step: list[Call], what: str,
-                    clause: str) -> None:
+                    clause: str, died: bool | None) -> None:
         """Run ``step`` until ``done()`` after an ``exit`` was typed into ``ref``.
 
         Where the probe sees the terminal's processes, the contract's own bound applies: once they
         are gone, the server removes the pair within 2 s (waited for with a margin for this loop's
         own latency, not the whole poll deadline). On time-out, what the pane shows tells an ``exit``
         that never ran (the keys) from one that ran (the exit watcher)."""
-        shell = agent.shells.get(agent.model.pair(ref.terminal, ref.session).instance) if \
-            agent.model.pair(ref.terminal, ref.session) else None
-        within = None
-        if shell is not None and shell.processes and self._probe_on(shell.socket):
-            died, _ = self._eventually(lambda: True if not self.probe.leftovers(shell.processes) else None)
-            within = EXIT_REMOVAL + EXIT_MARGIN if died else 0.0  # never exited: look once, then say why
+        # ``died``: whether the probe saw the processes gone (None: it cannot see them)
+        within = None if died is None else EXIT_REMOVAL + EXIT_MARGIN if died else 0.0  # never exited: look once
 
         def settled() -> bool | None:
             if not done():
