@@ -468,16 +468,18 @@ def _judge_read(model: SessionModel, args: dict[str, Any], terminal: str, sessio
             return Judgement(model, "read: error scrollback (pair unknown)", value)
         raise _Reject("read.not-found", f"expected {nf}" + (f" or {ERR_SCROLLBACK}" if bad_scrollback else ""))
     assert pair is not None
+    dead_errors = (nf, err_gone(terminal, session))  # §1 read: after the process died, either error
     if bad_scrollback:
         if value == ERR_SCROLLBACK:
             return Judgement(model, "read: error scrollback", value)
-        if pair.life is not Life.ALIVE and value == nf:
-            return Judgement(model._with_pair(replace(pair, life=Life.DEAD)), "read: error not-found after exit", value)
+        if pair.life is not Life.ALIVE and value in dead_errors:
+            return Judgement(model._with_pair(replace(pair, life=Life.DEAD)), "read: error dead (bad scrollback too)", value)
         raise _Reject("read.scrollback-type", f"scrollback {scrollback!r} is not a non-negative integer: expected {ERR_SCROLLBACK}")
-    if pair.life is not Life.ALIVE and value == nf:
-        return Judgement(model._with_pair(replace(pair, life=Life.DEAD)), "read: error not-found after exit", value)
+    if pair.life is not Life.ALIVE and value in dead_errors:
+        which = "not-found" if value == nf else "no-longer-running"
+        return Judgement(model._with_pair(replace(pair, life=Life.DEAD)), f"read: error {which} after exit", value)
     if pair.life is Life.DEAD:
-        raise _Reject("read.dead", f"the pair's process exited: expected {nf}")
+        raise _Reject("read.dead", f"the pair's process exited: expected {nf} or {err_gone(terminal, session)}")
     if not (isinstance(value, dict) and set(value) == READ_KEYS):
         raise _Reject("read.result", f"expected a read result with keys {sorted(READ_KEYS)}")
     problem = screen_problem(value, terminal, session, scrollback if "scrollback" in args else None)

@@ -232,6 +232,21 @@ def test_exiting_pair_tolerance() -> None:
     judge(exiting, c("launch", terminal="bash", session="a"), launched("bash", "a", "/s/a", "already_running"))
 
 
+def test_read_of_an_exited_pair_may_say_it_is_no_longer_running() -> None:
+    """§1 read (amended): once the process died, read gives the not-found error or send's
+    no-longer-running one; a live pair's read never claims it is dead."""
+    m = with_pair()
+    exiting = m._with_pair(replace(m.pairs[0], life=Life.EXITING))
+    read = c("read", terminal="bash", session="a")
+    gone = out({"error": "Terminal bash:a is no longer running (tmux server exited)"})
+    dead = judge(exiting, read, gone)
+    assert dead.model.pairs[0].life is Life.DEAD and dead.label == "read: error no-longer-running after exit"
+    judge(dead.model, read, gone)
+    judge(dead.model, read, nf("bash", "a"))
+    violates(m, read, gone)
+    violates(dead.model, read, _read(ROWS))
+
+
 def _read(screen: str, lines: int = 0, t: str = "bash", s: str = "a") -> str:
     return out({"terminal": f"{t}:{s}", "screen": screen, "scrollback_lines": lines})
 
