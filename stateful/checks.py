@@ -192,17 +192,19 @@ def logical_lines(screen: str, width: int = WRAP_COLUMNS) -> list[str]:
     return lines
 
 
-def typed_echo(screen: str, typed: str, uid: str | None = None) -> tuple[str, bool] | None:
+def typed_echo(screen: str, typed: str, uid: str | None = None, *, by_uid_only: bool = False) -> tuple[str, bool] | None:
     """How the screen echoes the command ``typed``, prompts stripped, and whether any non-blank row
     follows it (the program went on: the command ran). None if no line of the screen resembles it.
 
     The echo is found from its end: the last line that shows ``uid`` (every command the machine
-    types ends in its marker id) or else the last one that shows the command's start."""
+    types ends in its marker id) or else, unless ``by_uid_only``, the last one that shows the
+    command's start (which may be an earlier command's line: good enough to explain a time-out,
+    never to conclude anything before one)."""
     lines = logical_lines(screen)
     first = typed.split("\n")[0]
     end = None
     for i in range(len(lines) - 1, -1, -1):
-        if (uid and uid in lines[i]) or (first[:6].strip() and first[:6] in lines[i]):
+        if (uid and uid in lines[i]) or (not by_uid_only and first[:6].strip() and first[:6] in lines[i]):
             end = i
             break
     if end is None:

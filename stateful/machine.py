@@ -561,7 +561,7 @@ class TerminalMachine(RuleBasedStateMachine):
                 # the line editor), and its output comes before anything else. So an echo that
                 # lost or changed characters, with the program gone on past it, is final: the
                 # output will never come (no need to wait out the deadline).
-                echo = checks.typed_echo(screen, cmd, uid)
+                echo = checks.typed_echo(screen, cmd, uid, by_uid_only=True)  # this command's echo, no other
                 if echo is not None and echo[1] and not cmd.startswith(echo[0]):
                     difference = checks.text_difference(cmd, echo[0], typed.chunks)
                     fail("send.text-literal", f"{what} output {token} will not show in {ref}: the text did not arrive "
