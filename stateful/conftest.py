@@ -180,25 +180,13 @@ def repro_machine(request: pytest.FixtureRequest, machine_config: MachineConfig)
     machine bound to the named target kind ("direct" or "sessions"), as ``test_machine.py`` binds it,
     then its teardown. It runs inside a one-example Hypothesis test because the machine's rules
     record ``note()``/``event()``, which only exist there."""
-    from hypothesis import Phase, given
-    from hypothesis import strategies as st
-
     from stateful.machine import TerminalMachine
+    from stateful.minimize import run_once
 
     def replay(target_name: str, program: Callable[[Any], None]) -> None:
         target = request.getfixturevalue(f"{target_name}_target")
         machine = type(f"Repro{target_name.title()}Machine", (TerminalMachine,), {})
         machine.bind(target, machine_config)
-
-        @settings(max_examples=1, database=None, phases=[Phase.generate], deadline=None)
-        @given(st.none())
-        def run_once(_: None) -> None:
-            state = machine()
-            try:
-                program(state)
-            finally:
-                state.teardown()
-
-        run_once()
+        run_once(machine, program)
 
     return replay

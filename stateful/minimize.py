@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Collection, Sequence
+from typing import Any
 
 from hypothesis import HealthCheck, Phase, example, given, note, settings
 from hypothesis import strategies as st
@@ -22,7 +23,7 @@ from hypothesis.stateful import INVARIANT_MARKER
 from stateful import repro
 from stateful.clauses import clause_of
 
-__all__ = ["drop_steps", "invariants_of", "replay_program", "rule_groups", "shorter_failure"]
+__all__ = ["drop_steps", "invariants_of", "replay_program", "rule_groups", "run_once", "shorter_failure"]
 
 _DEFINES = re.compile(r"^([\w, ]+) = state\.")
 _NAME = re.compile(r"\b[A-Za-z_]\w*_\d+\b")
@@ -78,6 +79,31 @@ def drop_steps(program: Sequence[str], still_fails: Callable[[list[str]], bool],
     return head + [line for group in groups for line in group] + ["state.teardown()"]
 
 
+def run_once(machine: type, program: Callable[[Any], None]) -> None:
+    """Run ``program(state)`` once on a fresh ``machine`` (bound to its target), then its teardown.
+    Inside a one-example Hypothesis test, because the rules record ``note()``/``event()``, which only
+    exist there; an explicit example, so it runs once (a generated one that fails runs twice), and
+    its notes come with the failure it raises."""
+
+    @settings(database=None, phases=[Phase.explicit], deadline=None, suppress_health_check=list(HealthCheck))
+    @example(None)
+    @given(st.none())
+    def once(_: None) -> None:
+        state = machine()
+        try:
+            program(state)
+        finally:
+            note("state.teardown()")
+            state.teardown()
+
+    try:
+        once()
+    except BaseException as failure:
+        notes = getattr(failure, "__notes__", [])
+        notes[:] = [n for n in notes if not str(n).startswith("Failing explicit example")]
+        raise
+
+
 def replay_program(machine: type, program: Sequence[str]) -> BaseException | None:
     """Run a reported program once on a fresh ``machine`` (bound to its target); the failure it
     raised, or None. Each step's line is noted after it ran, as Hypothesis reports a program, so the
@@ -85,28 +111,18 @@ def replay_program(machine: type, program: Sequence[str]) -> BaseException | Non
     namespace = {name: getattr(repro, name) for name in repro.__all__}
     steps = [line for line in program if not line.startswith("state = ") and line != "state.teardown()"]
 
-    @settings(database=None, phases=[Phase.explicit], deadline=None, suppress_health_check=list(HealthCheck))
-    @example(None)  # one run, whose notes Hypothesis attaches to its failure (a generated one runs twice)
-    @given(st.none())
-    def once(_: None) -> None:
-        state = machine()
+    def run(state: Any) -> None:
         note(f"state = {type(state).__name__}()")
         scope = dict(namespace, state=state)
-        try:
-            for line in steps:
-                try:
-                    exec(line, scope)  # noqa: S102 - a line Hypothesis printed for this very machine
-                finally:
-                    note(line)
-        finally:
-            note("state.teardown()")
-            state.teardown()
+        for line in steps:
+            try:
+                exec(line, scope)  # noqa: S102 - a line Hypothesis printed for this very machine
+            finally:
+                note(line)
 
     try:
-        once()
+        run_once(machine, run)
     except BaseException as failure:  # judged by the caller
-        notes = getattr(failure, "__notes__", [])
-        notes[:] = [n for n in notes if not str(n).startswith("Failing explicit example")]
         return failure
     return None
 
