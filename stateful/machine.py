@@ -148,6 +148,14 @@ def _pair_args(ref: PairRef, **more: Any) -> dict[str, Any]:
     return {"terminal": ref.terminal, "session": ref.session, **more}
 
 
+def _exercised(*clauses: str) -> None:
+    """Record that a check of these clauses ran and held (``--hypothesis-show-statistics`` lists
+    them as ``clause: <id>``: which clauses a run exercised)."""
+    for clause in clauses:
+        if clause:
+            event(f"clause: {clause}")
+
+
 def _clip(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 20] + f"...<{len(text)} chars>"
 
@@ -253,12 +261,15 @@ class TerminalMachine(RuleBasedStateMachine):
                 agent.model = js[0].model
             for c, j in zip(calls, js):
                 event(j.label)
+                _exercised(j.clause)
                 self._after_call(agent, c, j)
                 self._check_rows(c, j, history)
             judged.append(js)
         self._check_sockets()
         self._check_events(agent)
         self._check_probe(agent, before_ended)
+        if self.target.name == "sessions":
+            _exercised("items.pagination", "items.calls")
         return judged
 
     def _history_before(self, agent: Agent, steps: Sequence[Sequence[Call]]) -> dict[tuple[str, str], tuple[str, int]]:
@@ -299,6 +310,7 @@ class TerminalMachine(RuleBasedStateMachine):
             fail("read.rows-exact", f"{call!r} -> {rows} rows: the pane holds {held} lines of history (tmux), so a "
                                     f"read with scrollback {lines} holds min(N, H) + {PANE_ROWS} = {expected} rows")
         event("read: rows exact")
+        _exercised("read.rows-exact")
 
     def _scope_problem(self, agent: Agent, calls: Sequence[Call], outputs: Sequence[str]) -> tuple[str, str] | None:
         """Why a call on a pair this session never launched found a terminal (it must not): another
@@ -393,6 +405,7 @@ class TerminalMachine(RuleBasedStateMachine):
         agent.ledger = rec.ledger
         for label in rec.labels:
             event(label)
+            _exercised("events.recorded", "events.ids", "events.unique-ids")
         if polls:
             event("events: arrived after polling")
 
@@ -415,6 +428,7 @@ class TerminalMachine(RuleBasedStateMachine):
         if problem:
             fail("view.terminals", f"agent {agent.index}: {problem}")
         event("view: agrees with list")
+        _exercised("view.terminals")
 
     def _probe_on(self, socket: str) -> bool:
         if self.probing is None:
@@ -461,6 +475,7 @@ class TerminalMachine(RuleBasedStateMachine):
             fail("session.delete", f"{pair_name(inst.terminal, inst.session)} (agent {agent.index}): its session was "
                                    f"deleted, but {self.cfg.poll_deadline:.0f} s later {what}")
         event("probe: nothing left after close" + (" (after a wait)" if polls else ""))
+        _exercised("close.nothing-left" if at_once else "session.delete")
 
     def _panes(self, agent: Agent) -> dict[str, str]:
         panes = {}
@@ -509,6 +524,7 @@ class TerminalMachine(RuleBasedStateMachine):
         screen, polls = self._eventually(shown)
         if screen is not None:
             event(f"read: {what.split(' ')[0]} shown after {_bucket(polls)} polls")
+            _exercised("read.output-shows", "send.text-literal" if typed is not None and typed.uid else "")
             return screen
         tail = "\n".join(f"    | {row}" for row in screens[0].rstrip("\n").split("\n")[-30:])
         clause, cause = "read.output-shows", "it never showed"
@@ -791,6 +807,7 @@ class TerminalMachine(RuleBasedStateMachine):
                 fail("read.history", f"read with scrollback {self.cfg.big_scrollback} of {pair} lacks {tok}, "
                                         "which scrolled out of the visible rows: the history must still hold it")
         event(f"scroll: {min(len(old), 3)}{'+' if len(old) > 3 else ''} old markers found in the history")
+        _exercised("read.visible", "read.history" if old else "")
 
     # -- rules: ending terminals --------------------------------------------------------------------
 
@@ -873,6 +890,7 @@ class TerminalMachine(RuleBasedStateMachine):
             fail(clause, f"timed out waiting for {what}" + (f": {cause}" if cause else ""),
                  f"  model: {describe(agent.model)}")
         event(f"exit: settled after {_bucket(polls)} polls")
+        _exercised(clause)
 
     # -- rules: an interactive program ---------------------------------------------------------------
 

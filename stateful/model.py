@@ -227,6 +227,8 @@ class Judgement:
     """For ``hypothesis.event``: the tool and the branch of the contract the output took."""
     value: Any
     """The parsed output."""
+    clause: str = ""
+    """The clause the output was held to (``python -m stateful clauses``): what the run exercised."""
 
 
 def _short(value: Any, limit: int = 400) -> str:
@@ -295,14 +297,14 @@ def judge(model: SessionModel, call: Call, output: str) -> Judgement:
     rejected: _Reject | None = None
     if args is _NOT_JSON:
         if value == ERR_MALFORMED:
-            return Judgement(model, f"{short}: malformed arguments -> error", value)
+            return Judgement(model, f"{short}: malformed arguments -> error", value, "args.malformed")
         try:
             return replace(_judge_args(model, call, {}, value), label=f"{short}: malformed arguments -> as {{}}")
         except _Reject as exc:
             rejected = _Reject("args.malformed", f"expected {ERR_MALFORMED} or what {{}} gives ({exc})")
     elif not isinstance(args, dict):
         if value == ERR_NOT_OBJECT:
-            return Judgement(model, f"{short}: error not-an-object", value)
+            return Judgement(model, f"{short}: error not-an-object", value, "args.not-object")
         rejected = _Reject("args.not-object", f"arguments are not a JSON object: expected {ERR_NOT_OBJECT}")
     else:
         try:
@@ -327,12 +329,12 @@ def _judge_args(model: SessionModel, call: Call, args: dict[str, Any], value: An
     if not _nonempty_str(terminal):
         if value != ERR_TERMINAL:
             raise _Reject("args.terminal", f"'terminal' is {terminal!r}: expected {ERR_TERMINAL}")
-        return Judgement(model, f"{short}: error terminal", value)
+        return Judgement(model, f"{short}: error terminal", value, "args.terminal")
     session = args.get("session")
     if not _nonempty_str(session):
         if value != ERR_SESSION:
             raise _Reject("args.session", f"'session' is {session!r}: expected {ERR_SESSION}")
-        return Judgement(model, f"{short}: error session", value)
+        return Judgement(model, f"{short}: error session", value, "args.session")
     if tool == "sys_terminal_launch":
         return _judge_launch(model, args, terminal, session, value)
     if tool == "sys_terminal_send":
@@ -356,7 +358,8 @@ def _judge_launch(model: SessionModel, args: dict[str, Any], terminal: str, sess
     if allowed_errors or any_error:
         if value in allowed_errors or (any_error and _is_error(value)):
             kind = "unknown-terminal" if value in allowed_errors else "override refused"
-            return Judgement(model, f"launch: error {kind}", value)
+            clause = "launch.unknown-terminal" if value in allowed_errors else "launch.override-refused"
+            return Judgement(model, f"launch: error {kind}", value, clause)
         clause = "launch.unknown-terminal" if allowed_errors else "launch.override-refused"
         raise _Reject(clause, f"expected one of {allowed_errors}" + (" or an override-refused error" if any_error else ""))
     pair = model.pair(terminal, session)
@@ -379,11 +382,11 @@ def _judge_launch(model: SessionModel, args: dict[str, Any], terminal: str, sess
             raise _Reject("launch.already-running", f"the pair is running (socket {pair.socket}): expected already_running")
         if value["tmux_socket"] != pair.socket:
             raise _Reject("launch.already-running", f"already_running changed tmux_socket from {pair.socket!r}")
-        return Judgement(model, "launch: already_running", value)
+        return Judgement(model, "launch: already_running", value, "launch.already-running")
     if status == "already_running" and pair.life is Life.EXITING:
         if value["tmux_socket"] != pair.socket:
             raise _Reject("launch.already-running", f"already_running changed tmux_socket from {pair.socket!r}")
-        return Judgement(model, "launch: already_running (exit pending)", value)
+        return Judgement(model, "launch: already_running (exit pending)", value, "launch.already-running")
     if status != "launched":
         raise _Reject("launch.relaunch", "the pair's process exited: expected launched (a new process)")
     return _launched(model, terminal, session, value, pair)
@@ -403,7 +406,7 @@ def _launched(model: SessionModel, terminal: str, session: str, value: dict[str,
         label = "launch: launched again after exit"
     m, number = replace(model, ended=ended, next_order=model.next_order + 1)._new_instance(terminal, session)
     m = m._with_pair(PairState(terminal, session, socket, number, Life.ALIVE, order))
-    return Judgement(m, label, value)
+    return Judgement(m, label, value, "launch.relaunch" if old is not None else "launch.one-launched")
 
 
 # --- send / read --------------------------------------------------------------------------------
@@ -430,29 +433,29 @@ def _judge_send(model: SessionModel, args: dict[str, Any], terminal: str, sessio
     nf = err_not_found(terminal, session)
     if missing:
         if value == nf:
-            return Judgement(model, "send: error not-found", value)
+            return Judgement(model, "send: error not-found", value, "send.not-found")
         if value in type_errors:
-            return Judgement(model, "send: error type (pair unknown)", value)
+            return Judgement(model, "send: error type (pair unknown)", value, "send.types")
         raise _Reject("send.not-found", f"expected {nf}" + (f" or one of {type_errors}" if type_errors else ""))
     assert pair is not None
     if type_errors:
         if value in type_errors:
-            return Judgement(model, "send: error text type" if value == ERR_TEXT else "send: error keys type", value)
+            return Judgement(model, "send: error text type" if value == ERR_TEXT else "send: error keys type", value, "send.types")
         if pair.life is not Life.ALIVE and value in (nf, err_gone(terminal, session)):
-            return Judgement(model._with_pair(replace(pair, life=Life.DEAD)), "send: error dead (bad types too)", value)
+            return Judgement(model._with_pair(replace(pair, life=Life.DEAD)), "send: error dead (bad types too)", value, "send.dead")
         raise _Reject("send.types", f"expected one of {type_errors}")
     if pair.life is not Life.ALIVE:
         if value in (nf, err_gone(terminal, session)):
             which = "not-found" if value == nf else "no-longer-running"
-            return Judgement(model._with_pair(replace(pair, life=Life.DEAD)), f"send: error {which} after exit", value)
+            return Judgement(model._with_pair(replace(pair, life=Life.DEAD)), f"send: error {which} after exit", value, "send.dead")
         if value == SENT and pair.life is Life.EXITING:
-            return Judgement(model, "send: sent (exit pending)", value)
+            return Judgement(model, "send: sent (exit pending)", value, "send.sent")
         raise _Reject("send.dead", f"the pair's process exited: expected {nf} or {err_gone(terminal, session)}"
                       + (" or sent" if pair.life is Life.EXITING else ""))
     if value == SENT:
-        return Judgement(model, "send: sent" + (" (unknown key)" if unknown_keys else ""), value)
+        return Judgement(model, "send: sent" + (" (unknown key)" if unknown_keys else ""), value, "send.sent")
     if unknown_keys and _is_error(value):
-        return Judgement(model, "send: error unknown key", value)
+        return Judgement(model, "send: error unknown key", value, "send.keys")
     raise _Reject("send.sent", f"the pair is running: expected {SENT}" + (" or an unknown-key error" if unknown_keys else ""))
 
 
@@ -463,21 +466,21 @@ def _judge_read(model: SessionModel, args: dict[str, Any], terminal: str, sessio
     nf = err_not_found(terminal, session)
     if missing:
         if value == nf:
-            return Judgement(model, "read: error not-found", value)
+            return Judgement(model, "read: error not-found", value, "read.not-found")
         if bad_scrollback and value == ERR_SCROLLBACK:
-            return Judgement(model, "read: error scrollback (pair unknown)", value)
+            return Judgement(model, "read: error scrollback (pair unknown)", value, "read.scrollback-type")
         raise _Reject("read.not-found", f"expected {nf}" + (f" or {ERR_SCROLLBACK}" if bad_scrollback else ""))
     assert pair is not None
     dead_errors = (nf, err_gone(terminal, session))  # §1 read: after the process died, either error
     if bad_scrollback:
         if value == ERR_SCROLLBACK:
-            return Judgement(model, "read: error scrollback", value)
+            return Judgement(model, "read: error scrollback", value, "read.scrollback-type")
         if pair.life is not Life.ALIVE and value in dead_errors:
-            return Judgement(model._with_pair(replace(pair, life=Life.DEAD)), "read: error dead (bad scrollback too)", value)
+            return Judgement(model._with_pair(replace(pair, life=Life.DEAD)), "read: error dead (bad scrollback too)", value, "read.dead")
         raise _Reject("read.scrollback-type", f"scrollback {scrollback!r} is not a non-negative integer: expected {ERR_SCROLLBACK}")
     if pair.life is not Life.ALIVE and value in dead_errors:
         which = "not-found" if value == nf else "no-longer-running"
-        return Judgement(model._with_pair(replace(pair, life=Life.DEAD)), f"read: error {which} after exit", value)
+        return Judgement(model._with_pair(replace(pair, life=Life.DEAD)), f"read: error {which} after exit", value, "read.dead")
     if pair.life is Life.DEAD:
         raise _Reject("read.dead", f"the pair's process exited: expected {nf} or {err_gone(terminal, session)}")
     if not (isinstance(value, dict) and set(value) == READ_KEYS):
@@ -486,7 +489,7 @@ def _judge_read(model: SessionModel, args: dict[str, Any], terminal: str, sessio
     if problem:
         raise _Reject("read.result", problem)
     label = "read: ok" if pair.life is Life.ALIVE else "read: ok (exit pending)"
-    return Judgement(model, label, value)
+    return Judgement(model, label, value, "read.result")
 
 
 def screen_problem(value: Mapping[str, Any], terminal: str, session: str, scrollback: int | None) -> str | None:
@@ -526,13 +529,13 @@ def _judge_close(model: SessionModel, terminal: str, session: str, value: Any) -
     if missing:
         if value != not_found:
             raise _Reject("close.not-found", f"the pair is not registered: expected {not_found}")
-        return Judgement(model, "close: not_found", value)
+        return Judgement(model, "close: not_found", value, "close.not-found")
     assert pair is not None
     if value == closed:
         label = "close: closed" if pair.life is Life.ALIVE else "close: closed after exit"
-        return Judgement(model._without(pair.key, ended=True), label, value)
+        return Judgement(model._without(pair.key, ended=True), label, value, "close.closed")
     if value == not_found and pair.life is not Life.ALIVE:
-        return Judgement(model._without(pair.key, ended=True), "close: not_found after exit", value)
+        return Judgement(model._without(pair.key, ended=True), "close: not_found after exit", value, "close.closed")
     raise _Reject("close.closed", f"expected {closed}" + ("" if pair.life is Life.ALIVE else f" or {not_found}"))
 
 
@@ -603,7 +606,7 @@ def _judge_list(model: SessionModel, value: Any) -> Judgement:
     label = f"list: {min(len(rest), 3)}{'+' if len(rest) > 3 else ''} pairs"
     if labels:
         label = "list: exited pair " + "/".join(sorted(set(labels)))
-    return Judgement(m, label, value)
+    return Judgement(m, label, value, "list.registered")
 
 
 # --- several calls in one reply -----------------------------------------------------------------
