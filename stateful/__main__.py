@@ -44,6 +44,17 @@ def _positive(text: str) -> int:
     return value
 
 
+def _milliseconds(text: str) -> float:
+    """A non-negative number of milliseconds, as seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of milliseconds") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a non-negative number of milliseconds")
+    return value / 1000
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m stateful", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -55,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-model-calls", type=_positive, default=200,
         help="model calls a turn may make before it is cut off (default 200)",
     )
+    serve.add_argument("--latency", type=_milliseconds, default=0.0, metavar="MS",
+                       help="milliseconds added to every response of the sessions API (a slow server; default 0)")
     serve.add_argument(
         "--token",
         default=os.environ.get("STATEFUL_SERVER_TOKEN") or None,
@@ -99,7 +112,7 @@ def serve(args: argparse.Namespace) -> int:
     try:
         stack = EmbeddedStack(
             host=args.host, port=args.port, mock_port=args.mock_port, token=args.token,
-            settings=LoopSettings(max_model_calls=args.max_model_calls),
+            settings=LoopSettings(max_model_calls=args.max_model_calls), latency=args.latency,
         )
         stack.start()
     except OSError as exc:

@@ -323,6 +323,8 @@ _OPTIONS: list[tuple[str, dict[str, Any]]] = [
     ("--server-url", {"default": None, "help": "an external contract server (with --mock-llm-url, --runner-id)"}),
     ("--mock-llm-url", {"default": None, "help": "the external server's mock LLM"}),
     ("--runner-id", {"default": None, "help": "the external server's runner id"}),
+    ("--stack-latency", {"default": "0", "metavar": "MS",
+                         "help": "milliseconds the embedded stack adds to every sessions-API response (a slow server)"}),
 ]
 
 
@@ -450,6 +452,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     options name cannot be tested. A usage error (exit 4): nothing ran, and ``pytest.exit`` would
     print its message twice."""
     config = session.config
+    stack_latency(config)  # a bad value is a usage error before anything runs
     external = external_target(config)
     if external is None or config.getoption("collectonly", default=False):
         return
@@ -467,8 +470,20 @@ def contract_target(request: pytest.FixtureRequest) -> Iterator[tuple[str, str, 
         return
     from stateful.reference.stack import EmbeddedStack
 
-    with EmbeddedStack() as stack:
+    with EmbeddedStack(latency=stack_latency(request.config)) as stack:
         yield stack.server_url, stack.mock_llm_url, stack.runner_id
+
+
+def stack_latency(config: pytest.Config) -> float:
+    """``--stack-latency MS`` in seconds (a usage error unless a non-negative number)."""
+    text = str(config.getoption("--stack-latency", default="0") or "0")
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise pytest.UsageError(f"--stack-latency {text!r} is not a non-negative number of milliseconds")
+    return value / 1000
 
 
 @pytest.fixture(scope="session")

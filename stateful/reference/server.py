@@ -11,6 +11,7 @@ bind requires one), every route but ``GET /health`` needs ``Authorization: Beare
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 from collections.abc import Awaitable, Callable
@@ -160,8 +161,22 @@ def _guarded(handler: Handler) -> Handler:
     return wrapper
 
 
-def create_sessions_app(service: SessionService, *, token: str | None = None) -> ASGIApp:
-    """The sessions API over ``service``; wrapped in :class:`BearerAuth` when ``token`` is set."""
+class Delayed:
+    """Every HTTP response of the wrapped app comes ``seconds`` later: a slow server (a real one
+    answers in 40 ms to 1.5 s) to benchmark, test and tune the tester against without installing one."""
+
+    def __init__(self, app: ASGIApp, seconds: float) -> None:
+        self.app, self.seconds = app, seconds
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await asyncio.sleep(self.seconds)
+        await self.app(scope, receive, send)
+
+
+def create_sessions_app(service: SessionService, *, token: str | None = None, latency: float = 0.0) -> ASGIApp:
+    """The sessions API over ``service``; wrapped in :class:`BearerAuth` when ``token`` is set, and
+    in :class:`Delayed` when ``latency`` (seconds added to every response) is positive."""
 
     async def health(_: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -306,4 +321,5 @@ def create_sessions_app(service: SessionService, *, token: str | None = None) ->
         exception_handlers={HTTPException: http_error, Exception: internal_error},
     )
     app.state.service = service
-    return BearerAuth(app, token) if token else app
+    guarded: ASGIApp = BearerAuth(app, token) if token else app
+    return Delayed(guarded, latency) if latency > 0 else guarded

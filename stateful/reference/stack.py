@@ -180,12 +180,18 @@ class EmbeddedStack:
         token: str | None = None,
         settings: LoopSettings | None = None,
         backend: Callable[[Callable[[Any], None]], ToolBackend] = real_tool_backend,
+        latency: float = 0.0,
     ) -> None:
+        """``latency``: seconds added to every response of the sessions API (the mock LLM, which a
+        test suite runs next to itself, stays fast)."""
+        if latency < 0:
+            raise ValueError(f"latency {latency!r} is negative")
         if not is_loopback(host) and not token:
             raise ValueError(f"binding the sessions API to {host!r} (not loopback) requires a token")
         self.runner_id = new_runner_id()
         self._host, self._port, self._mock_port, self._token = host, port, mock_port, token
         self._settings = settings
+        self._latency = latency
         self._backend_factory = backend
         self._lock = threading.Lock()
         self._started = False
@@ -222,7 +228,7 @@ class EmbeddedStack:
                 runner_id=self.runner_id,
                 settings=self._settings,
             )
-            app = create_sessions_app(self.service, token=self._token)
+            app = create_sessions_app(self.service, token=self._token, latency=self._latency)
             self._server = BackgroundServer(app, host=self._host, port=self._port, name="sessions")
             self._server.start()
             self.server_url = self._server.url
