@@ -18,14 +18,20 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, example, given, note, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import INVARIANT_MARKER
+from hypothesis.stateful import INVARIANT_MARKER, RULE_MARKER
 
 from stateful import repro
 from stateful.clauses import clause_of
 
-__all__ = ["drop_steps", "invariants_of", "replay_program", "rule_groups", "run_once", "shorter_failure"]
+__all__ = ["PreconditionUnmet", "drop_steps", "invariants_of", "replay_program", "rule_groups", "run_once", "shorter_failure"]
 
 _DEFINES = re.compile(r"^([\w, ]+) = state\.")
+_RULE = re.compile(r"^(?:[\w, ]+ = )?state\.(\w+)\(")
+
+
+class PreconditionUnmet(Exception):
+    """A replayed step whose rule's precondition does not hold (the program without some earlier
+    step is not one Hypothesis could have run, so it proves nothing)."""
 _NAME = re.compile(r"\b[A-Za-z_]\w*_\d+\b")
 
 
@@ -115,6 +121,9 @@ def replay_program(machine: type, program: Sequence[str]) -> BaseException | Non
         note(f"state = {type(state).__name__}()")
         scope = dict(namespace, state=state)
         for line in steps:
+            unmet = _unmet_precondition(state, line)
+            if unmet:
+                raise PreconditionUnmet(f"{line}: the precondition of {unmet} does not hold")
             try:
                 exec(line, scope)  # noqa: S102 - a line Hypothesis printed for this very machine
             finally:
@@ -124,6 +133,17 @@ def replay_program(machine: type, program: Sequence[str]) -> BaseException | Non
         run_once(machine, run)
     except BaseException as failure:  # judged by the caller
         return failure
+    return None
+
+
+def _unmet_precondition(state: Any, line: str) -> str | None:
+    """The name of the rule ``line`` calls if one of its preconditions is false for ``state``."""
+    match = _RULE.match(line)
+    method = getattr(type(state), match.group(1), None) if match else None
+    rule = getattr(method, RULE_MARKER, None)
+    preconditions = rule.preconditions if rule is not None else ()
+    if any(not holds(state) for holds in preconditions):
+        return match.group(1) if match else None
     return None
 
 

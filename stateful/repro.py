@@ -25,6 +25,7 @@ from pathlib import Path
 
 from stateful import machine as _machine
 from stateful import strategies as _strategies
+from stateful.clauses import clause_of
 
 MAX_STEP_LINES = 200
 """The most lines one reported step is joined from."""
@@ -127,11 +128,15 @@ def test_repro(repro_machine):
 
 
 def write_repro(directory: Path, target: str, failure: BaseException) -> Path:
-    """Write the repro of ``failure`` into ``directory`` (created if missing), named by its digest."""
+    """Write the repro of ``failure`` into ``directory`` (created if missing), named by the clause it
+    breaks and its digest: ``test_repro_<target>_<clause>_<digest>.py`` (the clause's dots and dashes
+    as underscores; no clause part for a failure that names none)."""
     program = reported_program(failure)
+    clause = clause_of(failure)
+    part = re.sub(r"\W", "_", clause) + "_" if clause else ""
     text = render_repro(target, program, failure)
     digest = hashlib.sha256("\n".join([target, *program]).encode()).hexdigest()[:10]
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"test_repro_{target}_{digest}.py"
+    path = directory / f"test_repro_{target}_{part}{digest}.py"
     path.write_text(text, encoding="utf-8")
     return path

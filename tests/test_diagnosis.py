@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from stateful import checks
-from stateful import machine as machine_module
-from stateful.machine import Transcript
+from stateful import world as machine_module
+from stateful.world import Transcript
 from stateful.model import Call
 
 UID = "u1z3f"

@@ -237,6 +237,7 @@ PLANTS = [  # slowest hunts first (they start first)
     Plant("resource-id-collision", "direct", ("events.unique-ids",)),
     Plant("items-page-gap", "sessions", ("items.pagination",)),
     Plant("view-keeps-closed", "sessions", ("view.terminals",)),
+    Plant("delete-keeps-terminals", "direct", ("session.delete",)),
 ]
 GAPS: dict[str, tuple[str, str, str]] = {}
 """Faults the machine does not find with the ci profile: out of the suite, not hidden (docs/faults.md).

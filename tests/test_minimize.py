@@ -8,7 +8,14 @@ import pytest
 
 from stateful.clauses import clause_of
 from stateful.machine import MachineConfig, TerminalMachine
-from stateful.minimize import drop_steps, invariants_of, replay_program, rule_groups, shorter_failure
+from stateful.minimize import (
+    PreconditionUnmet,
+    drop_steps,
+    invariants_of,
+    replay_program,
+    rule_groups,
+    shorter_failure,
+)
 from stateful.reference import faults
 from stateful.repro import reported_program
 
@@ -90,3 +97,16 @@ def test_shorter_failure_drops_the_steps_the_failure_does_not_need(faulty_direct
     steps = [line for line in reported_program(shorter) if "live_pairs" not in line]
     assert steps == [program[0], program[1], program[5], program[9], "state.teardown()"]
     assert any("2 of the 5 steps" in str(note) for note in shorter.__notes__)
+
+
+def test_a_replay_never_runs_a_step_whose_precondition_fails(faulty_direct_machine: type[TerminalMachine]) -> None:
+    """Dropping ``another_agent`` would leave ``delete_agent`` deleting the only session: a program
+    Hypothesis could never have run. The replay refuses it (so the pass keeps the step)."""
+    name = faulty_direct_machine.__name__
+    whole = [f"state = {name}()", "pairs_0 = state.start(terminal='bash', name='main')",
+             "state.another_agent(same_pair=False)", "state.delete_agent(agent=1)", "state.teardown()"]
+    assert replay_program(faulty_direct_machine, whole) is None
+    without = [line for line in whole if "another_agent" not in line]
+    refused = replay_program(faulty_direct_machine, without)
+    assert isinstance(refused, PreconditionUnmet)
+    assert "delete_agent" in str(refused)

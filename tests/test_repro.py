@@ -168,7 +168,7 @@ def test_a_contract_violation_is_written_as_a_repro(quick_profile: None, tmp_pat
     assert report.startswith("ListResultViolation: list.result: the first list did not return a JSON array: not json\n")
     assert "state = FakeMachine()" in report
     written = list(tmp_path.iterdir())
-    assert len(written) == 1 and written[0].name.startswith("test_repro_fake_")
+    assert len(written) == 1 and written[0].name.startswith("test_repro_fake_list_result_")
     assert report.endswith(f"stateful: this program is now a regression test: {written[0]}")
 
 

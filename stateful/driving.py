@@ -1,0 +1,201 @@
+"""Driving the programs in the panes: typing commands into a shell or a Python REPL and waiting,
+through reads, for what they print.
+
+A command is typed as one or more sends (how a model would split it, :func:`stateful.strategies.split_command`)
+and ends in a marker: output the program computes (``MK_42_<uid>``, or the md5 of a payload), so that
+the marker's showing proves the text arrived as written and ran. Nothing is typed into a REPL before
+its prompt shows; a line over 4 KiB is only typed while the program is known to read. When the
+awaited output never shows, the failure says what the screen shows about the text typed
+(:func:`stateful.checks.diagnose_typed`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from hypothesis import event
+
+from stateful import checks
+from stateful import strategies as gen
+from stateful.after_turn import run_turn
+from stateful.clauses import fail
+from stateful.model import Judgement, describe
+from stateful.world import (
+    SEND,
+    Agent,
+    PairRef,
+    Shell,
+    Typed,
+    World,
+    exercised,
+    pair_args,
+    read_call,
+    tool_call,
+)
+
+__all__ = ["type_sends", "run_command", "sync", "poll_screen", "start_repl", "leave_repl", "await_exit"]
+
+EXIT_REMOVAL = 2.0
+"""§1 list: a pair whose process exited is removed by the server within 2 s."""
+EXIT_MARGIN = 1.0
+"""Added to EXIT_REMOVAL: the time this side takes to notice the exit and to list again."""
+
+
+def type_sends(world: World, agent: Agent, ref: PairRef, sends: Sequence[dict[str, Any]], deco: gen.Decoration,
+               *, read_after: bool = True) -> Judgement | None:
+    """Type (several sends in one turn, one per step), then optionally read in the same turn; the
+    read's judgement, or None if a send was not ``sent`` (or nothing was read)."""
+    steps = [[tool_call(SEND, pair_args(ref, **s), deco)] for s in sends]
+    if read_after:
+        steps.append([read_call(ref, world.cfg.big_scrollback)])
+    judged = run_turn(world, agent, steps)
+    for js in judged[: len(sends)]:
+        if js[0].value != {"status": "sent"}:
+            return None
+    return judged[-1][0] if read_after else None
+
+
+def poll_screen(world: World, agent: Agent, ref: PairRef, done: Callable[[str], bool], what: str,
+                first: Judgement | None = None, typed: Typed | None = None) -> str:
+    """Read the pair (large scrollback) until ``done(screen)``; bounded by the poll deadline.
+
+    On time-out the failure says what the screen shows about ``typed`` (the command whose effect
+    was awaited): a text that did not arrive as written, a line never submitted, or output
+    that never showed."""
+    pending: list[Any] = [first.value] if first is not None else []  # a read made with the sends
+    screens: list[str] = []  # the last screen seen
+
+    def shown() -> str | None:
+        value = pending.pop() if pending else \
+            run_turn(world, agent, [[read_call(ref, world.cfg.big_scrollback)]])[0][0].value
+        if not (isinstance(value, dict) and isinstance(value.get("screen"), str)):
+            fail("read.output-shows", f"waiting for {what} in {ref}: the read failed: {value!r}")
+        screens[:] = [value["screen"]]
+        return value["screen"] if done(value["screen"]) else None
+
+    screen, polls = world.eventually(f"read: {what.split(' ')[0]} shown", shown)
+    if screen is not None:
+        exercised("read.output-shows", "send.text-literal" if typed is not None and typed.uid else "")
+        return screen
+    tail = "\n".join(f"    | {row}" for row in screens[0].rstrip("\n").split("\n")[-30:])
+    clause, cause = "read.output-shows", "it never showed"
+    if typed is not None:
+        clause, cause = checks.diagnose_typed(screens[0], typed.text, typed.chunks, typed.uid)
+    fail(clause, f"{what} not shown in {ref} within {world.cfg.poll_deadline:.0f} s ({polls + 1} reads): {cause}",
+         "  last screen (tail):", tail)
+
+
+def run_command(world: World, agent: Agent, ref: PairRef, shell: Shell, cmd: str, token: str,
+                plan: gen.SendPlan, deco: gen.Decoration, what: str) -> None:
+    """Type ``cmd`` per ``plan``; the output ``token`` must show, followed by a prompt."""
+    sends = gen.split_command(cmd, plan)
+    event(f"type: {len(sends)} sends, finish {plan.finish}")
+    shell.ready = False
+    first = type_sends(world, agent, ref, sends, deco)
+    if first is None:
+        fail("send.sent", f"typing into the live {ref} failed (see the outputs above)")
+    uid = token.rsplit("_", 1)[1]
+    world.owners[uid] = (agent.index, ref.terminal, ref.session)
+    typed = Typed(cmd, tuple(str(s.get("text") or "") for s in sends), uid)
+
+    plain = cmd.isascii() and cmd.isprintable()
+
+    def done(screen: str) -> bool:
+        for other, other_uid in checks.tokens_in(screen):
+            if other_uid == uid and other != token:
+                # The program answered, with another digest: the text did not arrive as written.
+                echo = checks.typed_echo(screen, cmd, uid)
+                difference = checks.text_difference(cmd, echo[0], typed.chunks) if echo else None
+                fail("send.text-literal",
+                     f"{ref}: the program computed {other} for the text typed, expected {token}: the text did "
+                     f"not arrive as written" + (f": {difference}" if difference else "")
+                     + f" ({len(cmd)} characters typed in {len(sends)} sends)")
+        if checks.has_token(screen, token):
+            return checks.prompt_follows(screen, token)
+        if plain:
+            # A one-line printable ASCII command is echoed exactly as typed (by the terminal or
+            # the line editor), and its output comes before anything else. So an echo that
+            # lost or changed characters, with the program gone on past it, is final: the
+            # output will never come (no need to wait out the deadline).
+            echo = checks.typed_echo(screen, cmd, uid, by_uid_only=True)  # this command's echo, no other
+            if echo is not None and echo[1] and not cmd.startswith(echo[0]):
+                difference = checks.text_difference(cmd, echo[0], typed.chunks)
+                fail("send.text-literal", f"{what} output {token} will not show in {ref}: the text did not arrive "
+                                          f"as written: {difference}; the program went on without it",
+                     "  screen (tail):", *(f"    | {row}" for row in screen.rstrip("\n").split("\n")[-8:]))
+        return False
+
+    poll_screen(world, agent, ref, done, f"{what} output {token}", first, typed)
+    shell.rows += 2 * (len(cmd) // 70 + 2) + cmd.count("\n") * 2
+    shell.markers.append((token, shell.rows))
+    shell.ready = True
+    if shell.mode == "shell":
+        shell.configured = shell.configured or cmd.startswith("set +H")
+
+
+def sync(world: World, agent: Agent, ref: PairRef, shell: Shell) -> None:
+    """A plain marker: the program is at its prompt afterwards (and, in a shell, ``set +H`` ran)."""
+    uid = checks.new_uid()
+    cmd, token = checks.shell_marker(uid) if shell.mode == "shell" else checks.python_marker(uid)
+    run_command(world, agent, ref, shell, cmd, token, gen.SendPlan(), gen.Decoration(), "sync")
+
+
+def start_repl(world: World, agent: Agent, ref: PairRef, shell: Shell) -> None:
+    """Start python3 in a bash pane; type nothing until its ``>>>`` prompt shows, then a marker.
+    The REPL's process joins those the probe must see gone after a close."""
+    type_sends(world, agent, ref, [{"text": "python3 -q"}], gen.Decoration(), read_after=False)
+    shell.ready = False
+    poll_screen(world, agent, ref, lambda s: checks.last_row(s) == ">>>", "python prompt",
+                typed=Typed("python3 -q", ("python3 -q",)))
+    shell.mode, shell.ready = "python", True
+    shell.rows += 2
+    if shell.processes and world.probing:
+        view = world.probe.view(shell.socket)
+        shell.processes = tuple(sorted(set(shell.processes) | set(view.members), key=lambda r: r.pid))
+    uid = checks.new_uid()
+    cmd, token = checks.python_marker(uid)
+    run_command(world, agent, ref, shell, cmd, token, gen.SendPlan(), gen.Decoration(), "repl")
+
+
+def leave_repl(world: World, agent: Agent, ref: PairRef, shell: Shell) -> None:
+    """``exit()``: wait for the shell's prompt (a REPL may swallow type-ahead), then a marker."""
+    type_sends(world, agent, ref, [{"text": "exit()"}], gen.Decoration(), read_after=False)
+    poll_screen(world, agent, ref, lambda s: any(r.strip() for r in checks.rows_after(s, ">>> exit()")),
+                "shell prompt after exit()", typed=Typed("exit()", ("exit()",)))
+    shell.mode, shell.ready = "shell", False
+    sync(world, agent, ref, shell)
+
+
+def await_exit(world: World, agent: Agent, ref: PairRef, done: Callable[[], bool], step: list[Any], what: str,
+               clause: str, died: bool | None) -> None:
+    """Run ``step`` until ``done()`` after an ``exit`` was typed into ``ref``.
+
+    Where the probe sees the terminal's processes, the contract's own bound applies: once they
+    are gone (``died``; None where the probe cannot see them), the server removes the pair within
+    2 s (waited for with a margin for this loop's own latency, not the whole poll deadline). On
+    time-out, what the pane shows tells an ``exit`` that never ran (the keys) from one that ran
+    (the exit watcher)."""
+    within = None if died is None else EXIT_REMOVAL + EXIT_MARGIN if died else 0.0  # never exited: look once
+
+    def settled() -> bool | None:
+        if not done():
+            run_turn(world, agent, [step])
+        return True if done() else None
+
+    ok, _ = world.eventually("exit: settled", settled, within)
+    if ok is None:
+        cause = ""
+        pane = world.panes(agent).get(f"{ref.terminal}:{ref.session}")
+        if within:
+            cause = (f"its processes had exited, and {within:.0f} s later (the contract gives the server 2 s) "
+                     "it is still there")
+        elif pane is not None:
+            diagnosed, cause = checks.diagnose_typed(pane, "exit", ("exit",), None)
+            if diagnosed == "send.keys":
+                clause = diagnosed
+            elif diagnosed == "read.output-shows":
+                cause = "`exit` ran (the pane shows it), but the server did not notice the exit"
+        fail(clause, f"timed out waiting for {what}" + (f": {cause}" if cause else ""),
+             f"  model: {describe(agent.model)}")
+    exercised(clause)

@@ -1,0 +1,223 @@
+"""What one run of the machine knows besides the model, and the means it observes with.
+
+The pure model (:mod:`stateful.model`) knows what every call must answer. It cannot know what the
+program in a pane is doing, which agent sessions are open, which marker was typed where, or what
+tmux and /proc say: that is kept here, per run, in a :class:`World`, and shared by the after-turn
+checks (:mod:`stateful.after_turn`), the code that drives shells and REPLs (:mod:`stateful.driving`)
+and the rules (:mod:`stateful.machine`).
+
+:meth:`World.eventually` is the one polling loop: every "eventually" of the contract is waited for
+through it, with the run's poll deadline (or a tighter bound the contract gives).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from hypothesis import event, note
+
+from stateful import strategies as gen
+from stateful.model import Call, Ledger, SessionModel, pair_name
+from stateful.targets.base import AgentSession, Target
+from stateful.targets.probe import Probe, ProcRef
+
+__all__ = [
+    "DECLARED", "LAUNCH", "SEND", "READ", "LIST", "CLOSE", "MachineConfig", "PairRef", "Typed", "Shell", "Agent",
+    "World", "Transcript", "tool_call", "pair_args", "read_call", "list_step", "exercised", "clip", "bucket",
+]
+
+T = TypeVar("T")
+
+DECLARED = ("bash", "sh")
+"""The terminals every target declares (both run bash; ``sh`` without rc files)."""
+LAUNCH, SEND, READ, LIST, CLOSE = (f"sys_terminal_{t}" for t in ("launch", "send", "read", "list", "close"))
+
+
+@dataclass(frozen=True)
+class MachineConfig:
+    step_timeout: float = 60.0
+    """Longest time one step (one model reply's calls) may take before it is reported as a hang."""
+    poll_deadline: float = 15.0
+    """Longest wait for an eventual property (output shows, an exited pair is removed, ...)."""
+    big_scrollback: int = 9000
+    max_agents: int = 3
+    probe: bool = True
+
+
+@dataclass(frozen=True)
+class PairRef(gen.OneLine):
+    """A pair name in one agent session (a Bundle value; the pair may since be closed or gone)."""
+
+    agent: int
+    terminal: str
+    session: str
+
+    def __repr__(self) -> str:
+        return f"PairRef({self.agent}, {self.terminal!r}, {self.session!r})"
+
+    def __str__(self) -> str:
+        """How messages print a pair: ``bash:'main' of agent 0``."""
+        return f"{pair_name(self.terminal, self.session)} of agent {self.agent}"
+
+
+@dataclass(frozen=True)
+class Typed:
+    """A command the machine typed, for failure messages: the text, how the sends split it, and
+    the marker id it ends in (None for a plain command such as ``exit``)."""
+
+    text: str
+    chunks: tuple[str, ...]
+    uid: str | None = None
+
+
+@dataclass
+class Shell:
+    """What the machine knows about the program in one launched instance's pane."""
+
+    mode: str = "shell"
+    """"shell" or "python" (a REPL started in the shell)."""
+    configured: bool = False
+    """``set +H`` ran (the shell's history expansion would otherwise rewrite ``!`` in payloads)."""
+    ready: bool = False
+    """The program was seen at its prompt, and nothing was typed since."""
+    markers: list[tuple[str, int]] = field(default_factory=list)
+    """(token, row estimate when it was printed) of every marker seen in this pane."""
+    rows: int = 0
+    """Estimate of the rows printed so far (for what the history must still hold)."""
+    processes: tuple[ProcRef, ...] = ()
+    socket: str = ""
+    exited: bool = False
+
+
+@dataclass
+class Agent:
+    """One open agent session: its model, its resource-event ledger, the programs in its panes."""
+
+    index: int
+    session: AgentSession
+    model: SessionModel
+    ledger: Ledger = field(default_factory=Ledger)
+    shells: dict[int, Shell] = field(default_factory=dict)
+
+
+def tool_call(tool: str, args: dict[str, Any], deco: gen.Decoration = gen.Decoration()) -> Call:
+    return Call(tool, gen.encode(args, deco))
+
+
+def pair_args(ref: PairRef, **more: Any) -> dict[str, Any]:
+    return {"terminal": ref.terminal, "session": ref.session, **more}
+
+
+def read_call(ref: PairRef, scrollback: int | None = None) -> Call:
+    return tool_call(READ, pair_args(ref) if scrollback is None else pair_args(ref, scrollback=scrollback))
+
+
+def list_step() -> list[Call]:
+    return [tool_call(LIST, {})]
+
+
+def exercised(*clauses: str) -> None:
+    """Record that a check of these clauses ran and held (``--hypothesis-show-statistics`` lists
+    them as ``clause: <id>``: which clauses a run exercised)."""
+    for clause in clauses:
+        if clause:
+            event(f"clause: {clause}")
+
+
+def clip(text: str, limit: int = 160) -> str:
+    return text if len(text) <= limit else text[: limit - 20] + f"...<{len(text)} chars>"
+
+
+def bucket(n: int) -> str:
+    return str(n) if n < 2 else "2-5" if n <= 5 else ">5"
+
+
+class Transcript:
+    """What a failing program's report shows of each turn (Hypothesis notes, printed for the final
+    replay only): the calls and their outputs. While the machine polls, a turn that repeats the
+    previous one exactly (the same calls, the same outputs) is counted instead of printed, and the
+    count becomes one line ("... the same turn x 35 more, no change")."""
+
+    def __init__(self) -> None:
+        self.folding = False
+        self._last: tuple[Any, ...] | None = None
+        self._repeats = 0
+
+    def add(self, number: int, agent: int, steps: Sequence[Sequence[Call]],
+            outputs: Sequence[Sequence[str]] | None) -> None:
+        calls = " | ".join(" & ".join(map(repr, step)) for step in steps)
+        key = (agent, calls, None if outputs is None else tuple(map(tuple, outputs)))
+        if self.folding and key == self._last:
+            self._repeats += 1
+            return
+        self.flush()
+        self._last = key
+        note(f"turn {number} (agent {agent}): {calls}")
+        for step, outs in zip(steps, outputs or ()):
+            for call, out in zip(step, outs):
+                note(f"  {call!r} -> {out[:300]}{'...' if len(out) > 300 else ''}")
+
+    def flush(self) -> None:
+        if self._repeats:
+            note(f"  ... the same turn x {self._repeats} more, no change")
+        self._repeats = 0
+
+
+class World:
+    """One run's state outside the model, and its means of observation."""
+
+    def __init__(self, target: Target, config: MachineConfig) -> None:
+        self.target = target
+        self.cfg = config
+        self.probe = Probe()
+        self.probing: bool | None = None if config.probe else False
+        """Whether the probe can see the terminals' sockets (None: not known before the first launch)."""
+        self.live: list[Agent] = []
+        """The open agent sessions (a deleted one leaves this list)."""
+        self.opened = 0
+        """Agent sessions opened so far (the next one's index)."""
+        self.turns = 0
+        self.busy = False
+        """A rule is running (set by every turn, cleared by the machine's invariant after each rule):
+        teardown after a failure only cleans up, so that the rule's failure is the one reported."""
+        self.owners: dict[str, tuple[int, str, str]] = {}
+        """Marker uid -> the (agent, terminal, session) it was typed into."""
+        self.transcript = Transcript()
+
+    def probe_on(self, socket: str) -> bool:
+        """Whether ground truth is available (decided once, from the first socket a launch named)."""
+        if self.probing is None:
+            self.probing = self.probe.applicable(socket)
+            event("probe: " + ("on" if self.probing else "off (sockets are not on this machine)"))
+        return bool(self.probing)
+
+    def eventually(self, what: str, probe: Callable[[], T | None],
+                   within: float | None = None) -> tuple[T | None, int]:
+        """Call ``probe`` until it gives a value (not None) or ``within`` seconds (default: the poll
+        deadline) pass; return the value (None on time-out) and how many more attempts the first
+        one took. The pauses grow from 50 ms to 500 ms: quick where the answer is quick, and the
+        deadline, not the pause, bounds the wait. Turns run by the probe that show nothing new are
+        folded into one line of the report; ``what`` names the wait in the run's statistics."""
+        deadline = time.monotonic() + (self.cfg.poll_deadline if within is None else within)
+        polls = 0
+        self.transcript.folding = True
+        try:
+            while True:
+                value = probe()
+                if value is not None or time.monotonic() > deadline:
+                    break
+                polls += 1
+                time.sleep(min(0.05 * polls, 0.5))
+        finally:
+            self.transcript.folding = False
+            self.transcript.flush()
+        event(f"{what}: " + (f"after {bucket(polls)} polls" if value is not None else "timed out"))
+        return value, polls
+
+    def panes(self, agent: Agent) -> dict[str, str]:
+        """What tmux shows in each of the agent's panes (for a hang's report)."""
+        return {f"{p.terminal}:{p.session}": self.probe.capture(p.socket)
+                for p in agent.model.pairs if self.probe_on(p.socket)}
