@@ -214,6 +214,9 @@ def _same_turn(a: Op, b: Op) -> bool:
 
 def plan(ops: Sequence[Op], clause: str) -> Plan:
     """The repro's blocks for the recorded ``ops`` of a program that broke ``clause``."""
+    ops = list(ops)
+    while ops and ops[-1].kind == "delete":
+        ops.pop()  # the machine's cleanup after the failure (it deletes every session)
     agents: dict[str, _Agent] = {}
     blocks: list[Block] = []
     terminals: dict[str, Any] = {}
@@ -231,12 +234,12 @@ def plan(ops: Sequence[Op], clause: str) -> Plan:
         if agent is None:
             raise NoPlainForm(f"an operation on session {op.session_id} that was never opened")
         last = i == len(ops) - 1
-        if op.kind == "view":
-            if last and clause == "view.terminals":
-                assert agent.model is not None
-                final = Block("view", agent.index, op.step, final=True,
-                              expected=[p.key for p in agent.model.alive()])
-                blocks.append(final)
+        if op.kind == "view":  # the machine looks only while every pair is certain: checked each time
+            assert agent.model is not None
+            block = Block("view", agent.index, op.step, final=last and clause == "view.terminals",
+                          expected=[p.key for p in agent.model.alive()])
+            blocks.append(block)
+            final = block if block.final else None
             i += 1
             continue
         if op.kind == "events":

@@ -128,8 +128,9 @@ def _block(block: Block, program: Sequence[str]) -> list[str]:
                                  "yields every item once, in order, each page's first_id/last_id naming its ends", "    "),
                         f"    {a}.check_pagination('items.pagination: step {number}')"]
     if block.kind == "view":
-        return lines + [_comment(f"{where} -- view.terminals (§2.8): /resources/terminals shows the session's running "
-                                 "terminals (those list shows running), nothing else", "    "),
+        what = ("view.terminals (§2.8): /resources/terminals shows the session's running terminals (those list "
+                "shows running), nothing else" if block.final else "the machine compared /resources/terminals with list")
+        return lines + [_comment(f"{where} -- {what}", "    "),
                         f"    {a}.check_view({sorted(block.expected)!r}, base{block.agent}, 'view.terminals: step {number}')"]
     steps = _steps_literal(block.steps)
     checks = []
