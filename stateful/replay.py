@@ -34,6 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 REPRO = re.compile(r"^test_\w+_[0-9a-f]{10}\.py$")
 """A repro's file name, of either kind (the writers end it in a 10-digit hex digest)."""
 CLAUSE = re.compile(r"\b([a-z]+(?:\.[a-z-]+)+):")
+EXCEPTION = re.compile(r"^E\s+[\w.]*(Error|Exception|Timeout|Exit)\b")
+"""pytest's line naming the exception (``E   SyntaxError: ...``)."""
 TIMEOUT = 900.0
 """Longest one repro may run (its process group is ended then)."""
 EXIT_USAGE = 2
@@ -84,12 +86,16 @@ def clause_in(output: str) -> str | None:
 
 
 def _reason(output: str, code: int) -> str:
-    """Why a run that neither passed nor failed for a clause did so, in one line."""
+    """Why a run that neither passed nor failed for a clause did so, in one line: a usage error's
+    own line (e.g. a server that cannot be reached), else the first exception pytest shows."""
     lines = [line.strip() for line in output.splitlines() if line.strip()]
-    for prefix in ("ERROR: ", "E   ", "ImportError", "ModuleNotFoundError", "SyntaxError"):
-        for line in lines:
-            if line.startswith(prefix):
-                return line.removeprefix("E").strip()[:300]
+    collecting = "collection error: " if "ERROR collecting" in output else ""
+    for line in lines:
+        if line.startswith("ERROR: "):
+            return line.removeprefix("ERROR: ")[:300]
+    for line in lines:
+        if EXCEPTION.match(line):
+            return collecting + line.removeprefix("E").strip()[:300]
     if code == 5:
         return "no test in it"
     return f"pytest exited {code}: {lines[-1][:300] if lines else 'no output'}"
