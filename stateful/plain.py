@@ -93,7 +93,8 @@ def write_plain_repro(directory: Path, machine: type, target: Any, failure: Base
     if replayed is None or clause_of(replayed) != clause:
         got = f"{type(replayed).__name__}: {str(replayed).splitlines()[0]}" if replayed else "it passed"
         raise NoPlainForm(f"the recording replay did not break {clause} again ({got[:300]})")
-    text = render(plan(ops, clause), program, failure, conftest, target.where)
+    steps = [group[0] for group in rule_groups(program, invariants_of(machine))]
+    text = render(plan(ops, clause), steps, failure, conftest, target.where, file_name(clause, program))
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / file_name(clause, program)
     path.write_text(text, encoding="utf-8")
@@ -111,7 +112,7 @@ def _steps_literal(steps: Sequence[Sequence[Any]]) -> str:
     return "[\n" + rows + ",\n    ]"
 
 
-def _block(block: Block, program: Sequence[str]) -> list[str]:
+def _block(block: Block) -> list[str]:
     a = f"a{block.agent}"
     number, line = block.step
     where = f"step {number}: {line}" if number else "before the first step"
@@ -168,21 +169,20 @@ def _block(block: Block, program: Sequence[str]) -> list[str]:
     return lines
 
 
-def render(p: Plan, program: Sequence[str], failure: BaseException, conftest: str, where: str) -> str:
-    """The text of the plain repro of plan ``p``."""
+def render(p: Plan, steps: Sequence[str], failure: BaseException, conftest: str, where: str, name: str) -> str:
+    """The text of the plain repro of plan ``p`` (``steps``: the shrunk program's rule lines,
+    numbered as the comments number them; ``name``: the file's)."""
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     first = str(failure).splitlines()[0] if str(failure) else type(failure).__name__
     rule = CLAUSES[p.clause].rule if p.clause in CLAUSES else ""
     section = CLAUSES[p.clause].section if p.clause in CLAUSES else ""
-    shown = "\n".join(f"    {n}. {line}" for n, line in enumerate(
-        [x for x in program if not x.startswith("state = ") and x != "state.teardown()"
-         and not re.match(r"^state\.\w+\(\)$", x)], 1))
+    shown = "\n".join(f"    {n}. {line}" for n, line in enumerate(steps, 1))
     body: list[str] = []
     for n in range(p.agents):
         body.append(f"    sock{n}: dict = {{}}  # agent {n}: (terminal, session) -> the tmux_socket its launch returned")
     for block in p.blocks:
-        body += _block(block, program)
-    name = Path(file_name(p.clause, program)).stem
+        body += _block(block)
+    name = Path(name).stem
     summary = first.replace("\\", "\\\\").replace('"""', "'''")
     return f'''"""Broken clause {p.clause} ({section}): {rule}.
 
