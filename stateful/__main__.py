@@ -1,5 +1,6 @@
 """``python -m stateful serve``: run the embedded reference stack until SIGINT/SIGTERM;
-``python -m stateful clauses``: list the contract's clauses.
+``python -m stateful clauses``: list the contract's clauses;
+``python -m stateful replay DIR|FILE...``: run repros, say which are fixed (``stateful.replay``).
 
 Prints exactly one JSON line on stdout once both servers answer::
 
@@ -75,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     clauses = commands.add_parser("clauses", help="list the contract's clauses that violations name")
     clauses.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
+    from stateful import replay
+    replay.build_parser(commands.add_parser("replay", help="run repros (either kind): FIXED / STILL FAILING / ERROR"))
     return parser
 
 
@@ -135,6 +138,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve(args)
     if args.command == "clauses":
         return list_clauses(args)
+    if args.command == "replay":
+        from stateful.replay import replay as run_replay
+        return run_replay(args)
     return EXIT_USAGE  # pragma: no cover - argparse rejects unknown commands
 
 

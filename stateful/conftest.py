@@ -94,6 +94,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--repro-dir", default=str(Path(__file__).parent / "repros"),
                     help="where a shrunk failure is written as a regression test "
                          "(default stateful/repros/, which pytest stateful/ collects; '' = don't write)")
+    group.addoption("--plain-conftest", default="tests.e2e.conftest", metavar="MODULE",
+                    help="the module a plain repro (sessions target) imports the §6 helpers and fixtures from "
+                         "(default tests.e2e.conftest)")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -172,6 +175,12 @@ def shrink_seconds(request: pytest.FixtureRequest) -> float | None:
 def repro_dir(request: pytest.FixtureRequest) -> Path | None:
     value = request.config.getoption("--repro-dir")
     return Path(value) if value else None
+
+
+@pytest.fixture(scope="session")
+def plain_conftest(request: pytest.FixtureRequest) -> str:
+    """The module plain repros import their helpers and fixtures from (``--plain-conftest``)."""
+    return str(request.config.getoption("--plain-conftest"))
 
 
 @pytest.fixture

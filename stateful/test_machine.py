@@ -10,6 +10,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from stateful.machine import MachineConfig, TerminalMachine
 from stateful.minimize import shorter_failure
+from stateful.plain import DEFAULT_CONFTEST, NoPlainForm, write_plain_repro
 from stateful.repro import reported_program, write_repro
 from stateful.shrinking import shrink_budget
 from stateful.targets.base import Target, TargetError
@@ -27,7 +28,7 @@ class SessionsMachine(TerminalMachine):
 
 
 def _run(machine: type[TerminalMachine], target: Target, config: MachineConfig, repro_dir: Path | None,
-         shrink_seconds: float | None = None) -> None:
+         shrink_seconds: float | None = None, plain_conftest: str = DEFAULT_CONFTEST) -> None:
     """Run the machine; report a failure as its first plain line (the clause, the call, what was
     expected and what came back), the program that led to it, and what became of it, without the
     Python traceback (which shows the tester's internals, not the server's fault).
@@ -47,10 +48,22 @@ def _run(machine: type[TerminalMachine], target: Target, config: MachineConfig, 
         outcome = "stateful: no regression test was written (--repro-dir '')"
         if repro_dir is not None and reported_program(failure):
             outcome = f"stateful: this program is now a regression test: {write_repro(repro_dir, target.name, failure)}"
+            if target.name == "sessions":
+                outcome += "\n" + plain_outcome(machine, target, failure, repro_dir, plain_conftest)
         report = failure_report(failure, outcome)
     else:
         return
     pytest.fail(report, pytrace=False)
+
+
+def plain_outcome(machine: type[TerminalMachine], target: Target, failure: BaseException, repro_dir: Path,
+                  conftest: str) -> str:
+    """Write the plain repro too (a seed-style test for the server's own suite); one line saying
+    where, or why there is none."""
+    try:
+        return f"stateful: and as a plain seed-style test: {write_plain_repro(repro_dir, machine, target, failure, conftest)}"
+    except NoPlainForm as why:
+        return f"stateful: no plain repro was written: {why}"
 
 
 def failure_report(failure: BaseException, outcome: str) -> str:
@@ -65,8 +78,8 @@ def test_direct(direct_target: Target, machine_config: MachineConfig, repro_dir:
 
 
 def test_sessions(sessions_target: Target, machine_config: MachineConfig, repro_dir: Path | None,
-                  shrink_seconds: float | None) -> None:
-    _run(SessionsMachine, sessions_target, machine_config, repro_dir, shrink_seconds)
+                  shrink_seconds: float | None, plain_conftest: str) -> None:
+    _run(SessionsMachine, sessions_target, machine_config, repro_dir, shrink_seconds, plain_conftest)
 
 
 # run_state_machine_as_test is Hypothesis's own runner; marking the pytest functions lets the

@@ -37,10 +37,12 @@ Two things keep the file within its time budget (docs/faults.md has the measurem
 
 from __future__ import annotations
 
+import ast
 import concurrent.futures as cf
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -60,6 +62,8 @@ from stateful.clauses import CLAUSES, clause_of
 from stateful.machine import MachineConfig, TerminalMachine
 from stateful.reference import faults
 from stateful.minimize import shorter_failure
+from stateful.plain import NoPlainForm, write_plain_repro
+from stateful.replay import run_repro
 from stateful.repro import reported_program
 from stateful.shrinking import shrink_budget
 from stateful.targets.base import StepTimeout, Target
@@ -123,6 +127,11 @@ class Hunt:
     """Seconds until the first failing program ended (the rest is shrinking and the final replay)."""
     examples: int = 0
     """Programs run in all (shrinking included)."""
+    plain: str = ""
+    """Sessions target: the plain repro written for the failure (its path), or why none was."""
+    plain_verdicts: dict[str, list[str]] = field(default_factory=dict)
+    """Sessions target: the plain repro replayed ("faulty": with the fault on, "correct": without),
+    each ``[status, clause or reason]`` (``stateful.replay``)."""
 
 
 @contextmanager
@@ -149,8 +158,11 @@ def _target(kind: str) -> Iterator[Target]:
 
 
 def hunt(kind: str, names: tuple[str, ...] = (), hypothesis_settings: settings = CI_SETTINGS,
-         config: MachineConfig = CI_MACHINE, budget: float = SHRINK_BUDGET, shrinks: int = SHRINKS) -> Hunt:
-    """Run the machine on a ``kind`` target built and driven with the faults ``names`` switched on."""
+         config: MachineConfig = CI_MACHINE, budget: float = SHRINK_BUDGET, shrinks: int = SHRINKS,
+         plain_dir: Path | None = None) -> Hunt:
+    """Run the machine on a ``kind`` target built and driven with the faults ``names`` switched on;
+    with ``plain_dir``, a contract violation found on the sessions target is also written there as
+    a plain repro (recorded with the fault still on), as ``pytest stateful/`` does."""
     start = time.monotonic()
     result = Hunt()
 
@@ -182,6 +194,11 @@ def hunt(kind: str, names: tuple[str, ...] = (), hypothesis_settings: settings =
                     error = exc
                 if error is not None:  # with the fault still on: the steps Hypothesis left, dropped if they can be
                     error = shorter_failure(FaultHunt, error)
+                if error is not None and plain_dir is not None and kind == "sessions" and clause_of(error):
+                    try:
+                        result.plain = str(write_plain_repro(plain_dir, FaultHunt, target, error))
+                    except NoPlainForm as why:
+                        result.plain = f"none: {why}"
             # the target is torn down here, with the faults switched off again
     result.seconds = round(time.monotonic() - start, 1)
     if error is not None:
@@ -243,6 +260,9 @@ GAPS: dict[str, tuple[str, str, str]] = {}
 """Faults the machine does not find with the ci profile: out of the suite, not hidden (docs/faults.md).
 Each is ``fault: (target, clause, why)``; hunt one by hand with
 ``python tests/test_faults.py FAULT TARGET BUDGET OUT.json`` (then read OUT.json)."""
+
+SESSIONS_PLANTS = [p for p in PLANTS if p.target == "sessions"]
+"""The faults of the HTTP stack: their failures are also written as plain repros."""
 
 CONTROL = Plant("", "direct", ())
 """No fault: the same hunt must pass (a few programs; the full ci run is `pytest stateful/`)."""
@@ -316,7 +336,9 @@ def hunter(request: pytest.FixtureRequest, terminal_leak_guard: str,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hunter]:
     """All the hunts that the selected tests need, started at once (``-k`` picks fewer)."""
     wanted = {item.callspec.params["plant"].fault for item in request.session.items
-              if item.originalname == "test_machine_finds_fault"}
+              if item.originalname in ("test_machine_finds_fault", "test_plain_repro_of_a_sessions_fault")}
+    if any(item.originalname == "test_replay_says_which_plain_repros_are_fixed" for item in request.session.items):
+        wanted |= {p.fault for p in SESSIONS_PLANTS}
     if any(item.originalname == "test_control_without_fault_passes" for item in request.session.items):
         wanted.add(CONTROL.fault)
     plants = [p for p in [*PLANTS, CONTROL] if p.fault in wanted]
@@ -353,6 +375,60 @@ def test_machine_finds_fault(plant: Plant, hunter: Hunter, record_property: Any)
         f"{plant.fault}: the shrunk program has {len(result.steps)} steps (at most {plant.max_steps}):\n{shown}")
 
 
+def stateful_imports(source: str) -> list[str]:
+    """The modules of package ``stateful`` that a Python source imports (parsed, not searched)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        found += [n for n in names if n == "stateful" or n.startswith("stateful.")]
+    return found
+
+
+@pytest.mark.parametrize("plant", SESSIONS_PLANTS, ids=lambda p: p.fault)
+def test_plain_repro_of_a_sessions_fault(plant: Plant, hunter: Hunter) -> None:
+    """The hunt wrote the failure as a plain seed-style test too: it imports nothing of this project
+    (only the §6 names, from tests.e2e.conftest), fails against the faulty stack for the fault's
+    clause and passes against the correct one (replayed by the hunt, with and without the fault)."""
+    result, _wall, log = hunter.result(plant.fault)
+    assert result.plain.endswith(".py"), f"{plant.fault}: no plain repro: {result.plain}\n{log}"
+    path = Path(result.plain)
+    clause = result.clause.replace(".", "_").replace("-", "_")
+    assert re.fullmatch(rf"test_{clause}_[0-9a-f]{{10}}\.py", path.name), path.name
+    source = path.read_text(encoding="utf-8")
+    assert stateful_imports(source) == [], source
+    tree = ast.parse(source)
+    helpers = {a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+               and node.module == "tests.e2e.conftest" for a in node.names}
+    assert {"register_inline_agent", "configure_mock_llm", "send_user_message_to_session",
+            "poll_session_until_terminal", "http_client", "model_name"} <= helpers
+    assert f"# step " in source and result.clause in source
+    faulty, correct = result.plain_verdicts.get("faulty"), result.plain_verdicts.get("correct")
+    assert faulty is not None and faulty[0] == "STILL FAILING" and faulty[1] in plant.clauses, (faulty, source)
+    assert correct == ["FIXED", ""], (correct, source)
+
+
+def test_replay_says_which_plain_repros_are_fixed(hunter: Hunter, tmp_path: Path) -> None:
+    """``python -m stateful replay DIR --prune`` on the plain repros of two sessions faults with one
+    of them switched on: that one STILL FAILING for its clause, the other FIXED (and deleted)."""
+    written = {p.fault: Path(hunter.result(p.fault)[0].plain) for p in SESSIONS_PLANTS}
+    assert all(path.suffix == ".py" for path in written.values()), written
+    for path in written.values():
+        shutil.copy(path, tmp_path / path.name)
+    on, off = SESSIONS_PLANTS[-1], SESSIONS_PLANTS[0]
+    env = {**{k: v for k, v in os.environ.items() if k != "STATEFUL_FAULTS"}, "STATEFUL_FAULTS": on.fault}
+    run = subprocess.run([sys.executable, "-m", "stateful", "replay", str(tmp_path), "--prune"], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=600)
+    lines = run.stdout.splitlines()
+    assert run.returncode == 1, run.stdout + run.stderr
+    failing = tmp_path / written[on.fault].name
+    fixed = tmp_path / written[off.fault].name
+    assert any(line.startswith(f"STILL FAILING  {failing}: {on.clauses[0]} (") for line in lines), lines
+    assert any(line.startswith(f"FIXED          {fixed} (") for line in lines), lines
+    assert lines[-1] == "replay: 2 repros: 1 fixed, 1 still failing, 0 errors; deleted the 1 fixed", lines
+    assert failing.exists() and not fixed.exists()
+
+
 def test_control_without_fault_passes(hunter: Hunter) -> None:
     result, _wall, log = hunter.result(CONTROL.fault)
     assert not result.found, f"{result.error_type}: {result.message}\n" + "\n".join(result.program) + log
@@ -365,7 +441,12 @@ def _main(fault: str, kind: str, budget: str, out: str) -> None:
         result = hunt(kind, (), settings(CI_SETTINGS, max_examples=CONTROL_EXAMPLES))
     else:
         plant = next(p for p in PLANTS if p.fault == fault)
-        result = hunt(kind, (fault,), budget=float(budget), shrinks=plant.shrinks)
+        result = hunt(kind, (fault,), budget=float(budget), shrinks=plant.shrinks, plain_dir=Path(out).parent / "plain")
+        if result.plain.endswith(".py"):  # replayed here, in parallel with the other hunts
+            env = {k: v for k, v in os.environ.items() if k != "STATEFUL_FAULTS"}
+            for name, faulty in (("faulty", True), ("correct", False)):
+                verdict = run_repro(Path(result.plain), env={**env, "STATEFUL_FAULTS": fault} if faulty else env)
+                result.plain_verdicts[name] = [verdict.status, verdict.detail]
     Path(out).write_text(json.dumps(asdict(result)), encoding="utf-8")
 
 

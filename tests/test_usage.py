@@ -160,27 +160,28 @@ def test_an_option_value_is_not_taken_for_a_path() -> None:
 
 @pytest.mark.parametrize("where", ["outside", "inside"])
 def test_dev_replay_runs_a_repro_inside_or_outside_the_project(tmp_path: Path, where: str) -> None:
-    """Inside, the project's conftests load the plugins (naming them again would fail); outside,
-    ``./dev replay`` names them."""
+    """``./dev replay`` is ``python -m stateful replay``: it runs the file with this package's plugins
+    alone (no conftest), so a repro replays the same inside and outside the project."""
     folder = tmp_path if where == "outside" else ROOT / "stateful" / "repros"
     made = not folder.exists()
     folder.mkdir(exist_ok=True)
     repro = folder / f"test_repro_direct_usage_{tmp_path.name}.py"
     repro.write_text(REPRO, encoding="utf-8")
     try:
-        result = run([str(DEV), "replay", str(repro), "-q"], cwd=tmp_path, timeout=120)
+        result = run([str(DEV), "replay", str(repro)], cwd=tmp_path, timeout=120)
     finally:
         repro.unlink()
         if made:
             folder.rmdir()
     assert result.returncode == 0, result.stdout + result.stderr
-    assert said(result)[-1].startswith("1 passed")
+    assert said(result)[0].startswith(f"FIXED          {repro} (")
+    assert said(result)[-1] == "replay: 1 repros: 1 fixed, 0 still failing, 0 errors"
 
 
 def test_dev_replay_without_a_file_says_so() -> None:
     result = run([str(DEV), "replay"], timeout=10)
     assert result.returncode == 2
-    assert said(result) == ["dev: replay needs a repro file (e.g. stateful/repros/test_repro_*.py)"]
+    assert said(result) == ["dev: replay needs repro files or directories (e.g. stateful/repros/)"]
 
 
 # -- usage errors: one line, nothing run -----------------------------------------------------------

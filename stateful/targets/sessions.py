@@ -36,6 +36,7 @@ from stateful.e2e import (
 )
 from stateful.clauses import fail
 from stateful.model import EventView
+from stateful.recording import Recorder
 from stateful.reference.bundle import build_bundle
 from stateful.targets.base import AgentSession, ServerError, Step, StepTimeout, Target, TargetError
 from stateful.targets.direct import BASHRC
@@ -48,6 +49,8 @@ about by bash, which then starts without one)."""
 SH_TERMINAL = {"command": "bash", "args": ["--norc", "--noprofile"],
                "os_env": {"type": "caller_process", "sandbox": {"type": "none"}}}
 """The second declared terminal: bash without rc files (the first, ``bash``, reads them)."""
+TERMINALS = {"bash": BASH_TERMINAL, "sh": SH_TERMINAL}
+"""The ``terminals`` block merged over the agent spec's (a plain repro registers the same)."""
 PAGE_SIZES = (7, 2, 1000, 3, 1)
 """Page sizes cycled by the incremental item fetch (small ones make many pages)."""
 PROGRESS_EVERY = 2.0
@@ -176,6 +179,13 @@ class HttpSession(AgentSession):
 
     # -- turns ------------------------------------------------------------------------------------
     def run_turn(self, steps: Sequence[Step], *, step_timeout: float) -> list[list[str]]:
+        recorded = self._t.recorder.turn(self.session_id, steps) if self._t.recorder else None
+        result = self._run_turn(steps, step_timeout=step_timeout)
+        if recorded is not None:
+            recorded.outputs = result
+        return result
+
+    def _run_turn(self, steps: Sequence[Step], *, step_timeout: float) -> list[list[str]]:
         tag = f"{next(self._turns)}-{secrets.token_hex(3)}"
         ids = [[f"call_{tag}_{s}_{i}" for i in range(len(step))] for s, step in enumerate(steps)]
         responses: list[dict[str, Any]] = [
@@ -282,6 +292,8 @@ class HttpSession(AgentSession):
         return StepTimeout(pending, calls, timeout, self._t.where, detail=f"session {self.session_id}: {detail}"[:2000])
 
     def events(self) -> list[EventView]:
+        if self._t.recorder:
+            self._t.recorder.events(self.session_id)
         self._fetch_new()
         views = []
         for item in self._items:
@@ -297,11 +309,15 @@ class HttpSession(AgentSession):
     def terminals_view(self) -> list[Mapping[str, Any]] | None:
         body = self._get(f"/v1/sessions/{self.session_id}/resources/terminals")
         data = body.get("data") if isinstance(body, Mapping) else None
+        if self._t.recorder:
+            self._t.recorder.view(self.session_id, data)
         if not isinstance(data, list):
             fail("view.terminals", f"/resources/terminals: 'data' is not a list: {body!r}"[:800])
         return data
 
     def delete(self) -> None:
+        if self._t.recorder:
+            self._t.recorder.deleted(self.session_id)
         reply = self._t.client.delete(f"/v1/sessions/{self.session_id}")
         if reply.status_code not in (200, 202, 204):  # (a 5xx is a ServerError, raised by the transport)
             fail("api.status", f"DELETE session {self.session_id}: HTTP {reply.status_code} {reply.text[:300]}")
@@ -320,12 +336,14 @@ class SessionsTarget(Target):
                                    transport=GuardedTransport(transport))
         self.declared: Mapping[str, str] = {"bash": f"bash --noprofile --rcfile {BASHRC}",
                                             "sh": "bash --norc --noprofile"}
+        self.recorder: Recorder | None = None
+        """Notes every operation while set (a plain repro's replay, ``stateful.plain``)."""
 
     def open_session(self) -> HttpSession:
         name = unique_name("stateful")
         model = unique_name("stateful-model")
         text = agent_spec_yaml(name=name, harness=HARNESS, model=model, prompt="You are a terminal test assistant.",
-                               mock_llm_base_url=self.mock_llm_url, extra_config={"terminals": {"bash": BASH_TERMINAL, "sh": SH_TERMINAL}})
+                               mock_llm_base_url=self.mock_llm_url, extra_config={"terminals": TERMINALS})
         reply = self.client.post("/v1/sessions", data={"metadata": "{}"},
                                  files={"bundle": (f"{name}.tar.gz", build_bundle(name, text), "application/gzip")})
         if reply.status_code != 201:
@@ -338,6 +356,8 @@ class SessionsTarget(Target):
         bound = self.client.patch(f"/v1/sessions/{session_id}", json={"runner_id": self.runner_id})
         if bound.status_code != 200:
             fail("api.status", f"binding session {session_id} to runner: HTTP {bound.status_code} {bound.text[:300]}")
+        if self.recorder:
+            self.recorder.opened(session_id, TERMINALS)
         return HttpSession(self, session_id, model)
 
     def close(self) -> None:

@@ -1,0 +1,382 @@
+"""What a plain repro asserts: the recorded turns of a shrunk program, judged again offline.
+
+A plain repro (``stateful.plain``) scripts the calls the machine made and asserts what the contract
+fixes about each output. What it fixes depends on the state of the session, which only the model
+knows: so the pure model (``stateful.model``) is replayed here over the recorded calls and outputs
+(no I/O), and for each call the contract's answer is found by asking the model which of the answers
+the contract names it accepts (:func:`expectation`): one exact answer becomes ``out == ...``,
+several (the contract says "may") become ``out in [...]``, launches and reads become the fields the
+contract fixes (a launch's socket is whatever the server chose, remembered in ``sock`` for later
+``already_running`` and list checks). The step that broke the contract gets the assertion of the
+broken clause, computed from the model *before* it (so it fails against the buggy server and holds
+against a correct one); a clause without a plain form raises :class:`NoPlainForm`.
+
+Every check is a Python expression over ``out`` (the parsed output), ``sock`` (the agent's sockets)
+and ``base`` (what its first list showed): :func:`holds` evaluates one against the recorded values,
+which is how a writer proves that the setup checks hold and the final one fails on what was seen.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from stateful import checks
+from stateful.clauses import ContractViolation
+from stateful.model import (
+    Call, ERR_KEYS, ERR_MALFORMED, ERR_NOT_OBJECT, ERR_SCROLLBACK, ERR_SESSION, ERR_TERMINAL, ERR_TEXT, Life,
+    SENT, SessionModel, addressed_pair, err_gone, err_not_found, err_unknown_terminal, initial_model, judge,
+    judge_step,
+)
+from stateful.recording import Op
+
+__all__ = ["Check", "NoPlainForm", "Plan", "Block", "plan", "holds", "expected_token"]
+
+DECLARED = ("bash", "sh")
+LAUNCH, SEND, READ, LIST, CLOSE = (f"sys_terminal_{t}" for t in ("launch", "send", "read", "list", "close"))
+MARKER_CLAUSES = frozenset({"send.text-literal", "read.output-shows", "send.keys"})
+"""Clauses the machine finds by reading a pane until a marker shows (polled)."""
+SCOPE_CLAUSES = frozenset({"scope.session", "scope.names-exact"})
+NOT_FOUND_CLAUSES = frozenset({"launch.one-launched", "send.not-found", "read.not-found", "close.not-found"})
+_UID = re.compile(r"_(u[0-9a-z]+z[0-9a-z]+)")
+_NEW_SOCKET = "\0a socket no launch has returned"
+
+
+class NoPlainForm(Exception):
+    """The failure cannot be written as a plain repro (the message says why)."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """One assertion: ``expr`` holds for the output; a failure names ``clause``."""
+
+    expr: str
+    clause: str
+    then: str = ""
+    """A statement run after the assertion (remembering a launch's socket)."""
+
+
+@dataclass
+class Block:
+    """One part of the repro, in order."""
+
+    kind: str
+    """"open" (a new agent session), "turn", "poll" (a turn repeated until its checks hold),
+    "pagination" or "view" (the final checks beyond outputs), "delete"."""
+    agent: int
+    step: tuple[int, str]
+    steps: list[list[Call]] = field(default_factory=list)
+    checks: dict[tuple[int, int], list[Check]] = field(default_factory=dict)
+    """(step, call) -> its checks."""
+    first_list: bool = False
+    """The agent's first turn: its list is the baseline."""
+    final: bool = False
+    expected: list[tuple[str, str]] = field(default_factory=list)
+    """A "view": the pairs it must show (besides the baseline)."""
+    repeats: int = 0
+    """A "poll": how many times the machine ran the turn."""
+
+
+@dataclass
+class Plan:
+    clause: str
+    terminals: dict[str, Any]
+    blocks: list[Block]
+    agents: int
+
+
+def holds(check: Check, out: Any, sock: dict[tuple[str, str], str], base: list[tuple[str, str]]) -> bool:
+    """Whether ``check`` holds for a recorded output (the repro evaluates the same expression)."""
+    try:
+        return bool(eval(check.expr, {}, {"out": out, "sock": sock, "base": base}))  # noqa: S307 - our own text
+    except Exception:
+        return False
+
+
+def expected_token(text: str) -> str | None:
+    """The marker a command the machine typed prints (``stateful.checks``), from the command itself."""
+    uids = _UID.findall(text)
+    if not uids:
+        return None
+    uid = uids[-1]
+    if f"MK_$((6*7))_{uid}" in text:
+        return f"MK_42_{uid}"
+    if f"'RP_'+str(6*7)+'_{uid}'" in text:
+        return f"RP_42_{uid}"
+    try:
+        if text.startswith(checks.SHELL_PAYLOAD_PREFIX):
+            _, payload = checks.shell_payload(uid, shlex.split(text)[3])
+            return payload
+        suffix = f".encode()).hexdigest()+'_{uid}')"
+        if text.startswith(checks.PYTHON_PAYLOAD_PREFIX) and text.endswith(suffix):
+            literal = ast.literal_eval(text[len(checks.PYTHON_PAYLOAD_PREFIX):-len(suffix)])
+            return checks.python_payload(uid, literal)[1]
+    except (ValueError, IndexError, SyntaxError):
+        return None
+    return None
+
+
+def _args(call: Call) -> Any:
+    try:
+        return json.loads(call.arguments)
+    except ValueError:
+        return None
+
+
+def _accepts(model: SessionModel, call: Call, value: Any) -> bool:
+    try:
+        judge(model, call, json.dumps(value))
+    except ContractViolation:
+        return False
+    return True
+
+
+def expectation(model: SessionModel, call: Call, clause: str) -> list[Check]:
+    """What the contract fixes about ``call``'s output in ``model`` (before it); [] if nothing
+    this writer can state (a read's screen, a list while an exit is pending)."""
+    args = _args(call)
+    pair = addressed_pair(call)
+    if call.tool == LIST:
+        return _list_expectation(model, clause)
+    t, s = pair if pair is not None else ("", "")
+    candidates: list[Any] = [ERR_NOT_OBJECT, ERR_MALFORMED, ERR_TERMINAL, ERR_SESSION, ERR_TEXT, ERR_KEYS,
+                             ERR_SCROLLBACK, SENT]
+    if pair is not None:
+        candidates += [err_not_found(t, s), err_gone(t, s), *err_unknown_terminal(t, DECLARED),
+                       {"terminal": t, "session": s, "status": "closed"},
+                       {"terminal": t, "session": s, "status": "not_found"}]
+        known = model.pair(t, s)
+        for status in ("launched", "already_running"):
+            socket = known.socket if known is not None and status == "already_running" else _NEW_SOCKET
+            candidates.append({"terminal": t, "session": s, "tmux_socket": socket, "has_os_env": True, "status": status})
+    accepted = [c for c in candidates if _accepts(model, call, c)]
+    launches = [c for c in accepted if isinstance(c, dict) and "tmux_socket" in c]
+    plain = [c for c in accepted if c not in launches]
+    key = repr((t, s))
+    if launches and not plain and len(launches) == 1:
+        status = launches[0]["status"]
+        if status == "launched":
+            return [Check(f"out == dict(terminal={t!r}, session={s!r}, tmux_socket=out.get('tmux_socket'), has_os_env=True, "
+                          f"status='launched') and isinstance(out['tmux_socket'], str) and out['tmux_socket']", clause,
+                          then=f"sock[{key}] = out['tmux_socket']")]
+        return [Check(f"out == dict(terminal={t!r}, session={s!r}, tmux_socket=sock[{key}], has_os_env=True, "
+                      "status='already_running')", clause)]
+    if launches:
+        return []  # launched or already_running (an exit pending): the contract leaves it open
+    if len(plain) == 1:
+        return [Check(f"out == {plain[0]!r}", clause)]
+    if plain and call.tool != READ:
+        return [Check(f"out in {plain!r}", clause)]
+    if call.tool == READ and pair is not None and isinstance(args, dict) and not plain:
+        known = model.pair(t, s)
+        if known is not None and known.life is Life.ALIVE and t in DECLARED:
+            return [Check(f"out['terminal'] == {t + ':' + s!r} and isinstance(out['screen'], str)", clause)]
+    return []
+
+
+def _list_expectation(model: SessionModel, clause: str) -> list[Check]:
+    if any(p.life is not Life.ALIVE for p in model.pairs):
+        return []  # an exited pair may be listed running, not running, or not at all
+    pairs = sorted(model.pairs, key=lambda p: min(p.order))
+    if len({min(p.order) for p in pairs}) != len(pairs) or any(len(p.order) > 1 for p in pairs):
+        return []  # concurrent launches: their order is the server's
+    rows = ", ".join(f"({p.terminal!r}, {p.session!r}, True, sock[{p.key!r}])" for p in pairs)
+    return [Check("[(e['terminal'], e['session']) for e in out[:len(base)]] == base and "
+                  f"[(e['terminal'], e['session'], e['running'], e['tmux_socket']) for e in out[len(base):]] == [{rows}]",
+                  clause)]
+
+
+@dataclass
+class _Agent:
+    index: int
+    model: SessionModel | None = None
+    sock: dict[tuple[str, str], str] = field(default_factory=dict)
+    base: list[tuple[str, str]] = field(default_factory=list)
+    typed: dict[tuple[str, str], str] = field(default_factory=dict)
+    """Pair -> the text its last sends typed (for the marker it prints)."""
+
+
+def _parsed(output: str) -> Any:
+    try:
+        return json.loads(output)
+    except ValueError:
+        return output
+
+
+def _same_turn(a: Op, b: Op) -> bool:
+    return a.kind == b.kind == "turn" and a.session_id == b.session_id and a.steps == b.steps
+
+
+def plan(ops: Sequence[Op], clause: str) -> Plan:
+    """The repro's blocks for the recorded ``ops`` of a program that broke ``clause``."""
+    ops = list(ops)
+    while ops and ops[-1].kind == "delete":
+        ops.pop()  # the machine's cleanup after the failure (it deletes every session)
+    agents: dict[str, _Agent] = {}
+    blocks: list[Block] = []
+    terminals: dict[str, Any] = {}
+    final: Block | None = None
+    i = 0
+    while i < len(ops) and final is None:
+        op = ops[i]
+        if op.kind == "open":
+            agents[op.session_id] = _Agent(len(agents))
+            terminals = dict(op.terminals or {})
+            blocks.append(Block("open", agents[op.session_id].index, op.step))
+            i += 1
+            continue
+        agent = agents.get(op.session_id)
+        if agent is None:
+            raise NoPlainForm(f"an operation on session {op.session_id} that was never opened")
+        last = i == len(ops) - 1
+        if op.kind == "view":  # the machine looks only while every pair is certain: checked each time
+            assert agent.model is not None
+            block = Block("view", agent.index, op.step, final=last and clause == "view.terminals",
+                          expected=[p.key for p in agent.model.alive()])
+            blocks.append(block)
+            final = block if block.final else None
+            i += 1
+            continue
+        if op.kind == "events":
+            if last and clause == "items.pagination":
+                final = Block("pagination", agent.index, op.step, final=True)
+                blocks.append(final)
+            i += 1
+            continue
+        if op.kind == "delete":
+            blocks.append(Block("delete", agent.index, op.step))
+            i += 1
+            continue
+        # a turn, possibly repeated (the machine polling for an "eventually")
+        j = i
+        while j + 1 < len(ops) and _same_turn(ops[j + 1], op) and ops[j + 1].outputs is not None:
+            j += 1
+        run = ops[i:j + 1]
+        if op.outputs is None:  # the turn broke the contract before its outputs were read
+            if clause != "items.pagination":
+                raise NoPlainForm(f"turn of step {op.step[0]} failed ({clause}) before its outputs were read")
+            blocks.append(Block("turn", agent.index, op.step, steps=op.steps, first_list=agent.model is None))
+            final = Block("pagination", agent.index, op.step, final=True)
+            blocks.append(final)
+            break
+        block, broke = _turn(agent, run, clause, is_last=j == len(ops) - 1)
+        blocks.append(block)
+        if broke:
+            final = block
+        i = j + 1
+    if final is None and clause in MARKER_CLAUSES:
+        final = _marker_final(blocks, agents, clause)
+    if final is None:
+        raise NoPlainForm(f"the recorded turns show no step that breaks {clause} in a way a plain test can assert "
+                          "(the machine found it by a check with no plain form yet)")
+    return Plan(clause, terminals, blocks[: blocks.index(final) + 1], len(agents))
+
+
+def _turn(agent: _Agent, run: list[Op], clause: str, *, is_last: bool) -> tuple[Block, bool]:
+    """The block of a turn (``run``: the turn and its identical repeats); whether it broke ``clause``."""
+    op = run[-1]
+    outputs = op.outputs or []
+    block = Block("poll" if len(run) > 1 else "turn", agent.index, run[0].step, steps=op.steps, repeats=len(run))
+    if agent.model is None:  # the session's first list: the baseline
+        block.first_list = True
+        try:
+            agent.model = initial_model(DECLARED, outputs[0][0])
+        except ContractViolation as exc:
+            block.checks[(0, 0)] = [Check("isinstance(out, list)", exc.clause)]
+            block.final = True
+            return block, True
+        agent.base = list(agent.model.baseline)
+        return block, False
+    for s, (calls, outs) in enumerate(zip(op.steps, outputs)):
+        model = agent.model
+        for call in calls:
+            if call.tool == SEND and (_args(call) or {}).get("text") == "exit" and (pair := addressed_pair(call)):
+                known = model.pair(*pair)
+                if known is not None and known.life is Life.ALIVE:
+                    model = model._with_pair(replace(known, life=Life.EXITING))
+        try:
+            judged = judge_step(model, calls, outs)
+        except ContractViolation as exc:
+            broken = clause if (exc.clause in NOT_FOUND_CLAUSES and clause in SCOPE_CLAUSES) else exc.clause
+            if broken != clause:
+                raise NoPlainForm(f"offline, the recorded outputs break {exc.clause}, not {clause}") from None
+            _final_checks(block, agent, model, s, calls, outs, clause)
+            block.final = True
+            return block, True
+        single = len(calls) == 1
+        for c, (call, j) in enumerate(zip(calls, judged)):
+            if single or (call.tool != LIST and sum(addressed_pair(x) == addressed_pair(call) for x in calls) == 1
+                          and not any(x.tool == LIST for x in calls)):
+                found = expectation(model, call, j.clause or clause)
+                found = [k for k in found if holds(k, _parsed(outs[c]), agent.sock, agent.base)]
+                if call.tool == READ and block.kind == "poll":
+                    found += _token_checks(agent, call, outs[c])
+                for k in found:
+                    if k.then:
+                        exec(k.then, {}, {"out": _parsed(outs[c]), "sock": agent.sock})  # noqa: S102 - our own text
+                block.checks[(s, c)] = found
+            if call.tool == SEND and (pair := addressed_pair(call)):
+                text = (_args(call) or {}).get("text")
+                agent.typed[pair] = agent.typed.get(pair, "") + (text if isinstance(text, str) else "")
+                if (_args(call) or {}).get("keys", "Enter") != "":
+                    agent.typed[pair] = agent.typed[pair].rstrip("\n") + "\n"
+        agent.model = judged[0].model if judged else model
+    return block, False
+
+
+def _token_checks(agent: _Agent, call: Call, output: str) -> list[Check]:
+    """A polled read: the markers it finally showed that this repro typed into the pair."""
+    pair = addressed_pair(call)
+    value = _parsed(output)
+    if pair is None or not isinstance(value, dict) or not isinstance(value.get("screen"), str):
+        return []
+    typed = agent.typed.get(pair, "")
+    tokens = sorted({t for t, uid in checks.tokens_in(value["screen"]) if uid in typed})
+    return [Check(f"{t!r} in out['screen']", "read.output-shows") for t in tokens]
+
+
+def _final_checks(block: Block, agent: _Agent, model: SessionModel, s: int, calls: Sequence[Call],
+                  outs: Sequence[str], clause: str) -> None:
+    """The assertion of the broken clause on the step that broke it (judged in the order issued)."""
+    for c, call in enumerate(calls):
+        found = [replace(k, clause=clause) for k in expectation(model, call, clause)]
+        if found and not all(holds(k, _parsed(outs[c]), agent.sock, agent.base) for k in found):
+            block.checks[(s, c)] = found
+            return
+        try:
+            model = judge(model, call, outs[c]).model
+        except ContractViolation:
+            pass
+    raise NoPlainForm(f"no assertion this writer can state fails on the recorded outputs for {clause}")
+
+
+def _marker_final(blocks: list[Block], agents: dict[str, _Agent], clause: str) -> Block | None:
+    """A marker that never showed (or showed wrong): poll the pair's reads until the marker the
+    command prints shows, as the machine did."""
+    for block in reversed(blocks):
+        if block.kind not in ("turn", "poll"):
+            continue
+        reads = [(s, c, call) for s, step in enumerate(block.steps) for c, call in enumerate(step) if call.tool == READ]
+        if not reads:
+            return None
+        s, c, call = reads[-1]
+        agent = next(a for a in agents.values() if a.index == block.agent)
+        pair = addressed_pair(call)
+        token = expected_token(agent.typed.get(pair, "").rstrip("\n").split("\n")[-1]) if pair else None
+        if token is None:
+            token = expected_token(agent.typed.get(pair, "")) if pair else None
+        if token is None:
+            return None
+        final = Block("poll", block.agent, block.step, steps=[[call]], final=True, repeats=max(block.repeats, 1),
+                      checks={(0, 0): [Check(f"{token!r} in out['screen']", clause)]})
+        if block.kind == "poll":
+            blocks[blocks.index(block)] = final
+        else:
+            blocks.append(final)
+        return final
+    return None

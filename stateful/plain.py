@@ -1,0 +1,311 @@
+"""Plain repros: a shrunk failure on the sessions target as a seed-style test a server's team can keep.
+
+The machine repro (``stateful.repro``) replays the machine's program and needs this package to run.
+A plain repro needs only pytest, httpx and a conftest that provides the CONTRACT §6 helpers and
+fixtures (``from tests.e2e.conftest import ...`` by default; the module is the writer's choice): it
+registers an agent with the same terminals, scripts each turn's tool calls verbatim into the mock
+LLM's queue, posts a user message per turn, reads the outputs from the session's items and asserts
+what the contract fixes about them, each assertion named by its clause and the program step it
+comes from (``stateful.expect`` decides what to assert). The last assertion is the broken clause's:
+the file fails against the buggy server for that clause and passes once it is fixed.
+
+How: the shrunk program is replayed once more with a :class:`~stateful.recording.Recorder` on the
+target (:func:`record_program`); the recording must break the same clause, else nothing is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import textwrap
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from hypothesis import note
+
+from stateful import repro
+from stateful.clauses import CLAUSES, clause_of
+from stateful.expect import Block, NoPlainForm, Plan, plan
+from stateful.minimize import invariants_of, rule_groups, run_once
+from stateful.recording import Op, Recorder
+
+__all__ = ["DEFAULT_CONFTEST", "NoPlainForm", "record_program", "render", "write_plain_repro", "file_name"]
+
+DEFAULT_CONFTEST = "tests.e2e.conftest"
+"""Where a server's suite keeps its seed-style helpers (omnigent's layout)."""
+HELPERS = ("configure_mock_llm", "register_inline_agent", "create_runner_bound_session",
+           "send_user_message_to_session", "poll_session_until_terminal")
+FIXTURES = ("live_server", "http_client", "live_runner_id", "harness_name", "model_name", "mock_llm_server_url")
+_MODULE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+
+
+def record_program(machine: type, target: Any, program: Sequence[str]) -> tuple[BaseException | None, list[Op]]:
+    """Replay ``program`` once on ``machine`` (bound to ``target``, a SessionsTarget) with a recorder
+    on the target: the failure it raised (None if none) and every operation, each with its step."""
+    recorder = Recorder()
+    namespace = {name: getattr(repro, name) for name in repro.__all__}
+    groups = rule_groups(program, invariants_of(machine))
+    rules = {group[0]: n for n, group in enumerate(groups, 1)}
+
+    def run(state: Any) -> None:
+        note(f"state = {type(state).__name__}()")
+        scope = dict(namespace, state=state)
+        for line in (x for group in groups for x in group):
+            if line in rules:
+                recorder.step = (rules[line], line)
+            try:
+                exec(line, scope)  # noqa: S102 - a line Hypothesis printed for this very machine
+            finally:
+                note(line)
+        recorder.step = (len(groups) + 1, "state.teardown()")
+
+    target.recorder = recorder
+    try:
+        run_once(machine, run)
+    except BaseException as failure:  # judged by the caller
+        return failure, recorder.ops
+    finally:
+        target.recorder = None
+    return None, recorder.ops
+
+
+def file_name(clause: str, program: Sequence[str]) -> str:
+    """``test_<clause>_<digest>.py``, the clause made an identifier (``items.pagination`` ->
+    ``items_pagination``)."""
+    digest = hashlib.sha256("\n".join(["plain", *program]).encode()).hexdigest()[:10]
+    return f"test_{re.sub(r'[^0-9A-Za-z_]', '_', clause)}_{digest}.py"
+
+
+def write_plain_repro(directory: Path, machine: type, target: Any, failure: BaseException,
+                      conftest: str = DEFAULT_CONFTEST) -> Path:
+    """Record the failure's program once more and write its plain repro into ``directory``.
+    Raises :class:`NoPlainForm` (with the reason) when it cannot: no clause, a replay that does not
+    break the same clause, or a clause this writer has no plain assertion for."""
+    if not _MODULE.match(conftest):
+        raise ValueError(f"--plain-conftest {conftest!r} is not a dotted module name")
+    clause = clause_of(failure)
+    program = repro.reported_program(failure)
+    if not clause or not program:
+        raise NoPlainForm("the failure names no clause or has no reported program")
+    replayed, ops = record_program(machine, target, program)
+    if replayed is None or clause_of(replayed) != clause:
+        got = f"{type(replayed).__name__}: {str(replayed).splitlines()[0]}" if replayed else "it passed"
+        raise NoPlainForm(f"the recording replay did not break {clause} again ({got[:300]})")
+    steps = [group[0] for group in rule_groups(program, invariants_of(machine))]
+    text = render(plan(ops, clause), steps, failure, conftest, target.where, file_name(clause, program))
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / file_name(clause, program)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# -- rendering ----------------------------------------------------------------------------------------
+
+def _comment(text: str, indent: str) -> str:
+    return "\n".join(f"{indent}# {line}" for line in textwrap.wrap(text, 100, break_long_words=True) or [""])
+
+
+def _steps_literal(steps: Sequence[Sequence[Any]]) -> str:
+    rows = ",\n".join("        [" + ", ".join(f"({c.tool!r}, {c.arguments!r})" for c in step) + "]" for step in steps)
+    return "[\n" + rows + ",\n    ]"
+
+
+def _block(block: Block) -> list[str]:
+    a = f"a{block.agent}"
+    number, line = block.step
+    where = f"step {number}: {line}" if number else "before the first step"
+    lines = [""]
+    if block.kind == "open":
+        lines += [_comment(f"{where} -- agent session {block.agent}", "    "),
+                  f"    {a} = Agent(http_client, mock_llm_server_url, live_runner_id, harness_name, "
+                  f"f'{{model_name}}-{block.agent}')"]
+        return lines
+    if block.kind == "delete":
+        return lines + [_comment(f"{where} -- DELETE the session (the machine's teardown)", "    "), f"    {a}.delete()"]
+    if block.kind == "pagination":
+        return lines + [_comment(f"{where} -- items.pagination (§2.7): following after=last_id while has_more "
+                                 "yields every item once, in order, each page's first_id/last_id naming its ends", "    "),
+                        f"    {a}.check_pagination('items.pagination: step {number}')"]
+    if block.kind == "view":
+        what = ("view.terminals (§2.8): /resources/terminals shows the session's running terminals (those list "
+                "shows running), nothing else" if block.final else "the machine compared /resources/terminals with list")
+        return lines + [_comment(f"{where} -- {what}", "    "),
+                        f"    {a}.check_view({sorted(block.expected)!r}, base{block.agent}, 'view.terminals: step {number}')"]
+    steps = _steps_literal(block.steps)
+    checks = []
+    for (s, c), found in sorted(block.checks.items()):
+        call = block.steps[s][c]
+        for k in found:
+            short = call.tool.removeprefix("sys_terminal_")
+            message = f"{k.clause}: step {number}, {short}({call.arguments[:80]}) -> "
+            checks.append(f"    out = outs[{s}][{c}]")
+            checks.append(f"    assert {k.expr}, {message!r} + repr(out)[:2000]")
+            if k.then:
+                checks.append(f"    {k.then}")
+    if block.kind == "poll":
+        kind = "the broken clause, polled as the machine did" if block.final else "an 'eventually', polled"
+        lines.append(_comment(f"{where} -- {kind} (the machine ran this turn {block.repeats} times)", "    "))
+        conditions = ", ".join(f"(lambda out: {k.expr})(outs[{s}][{c}])"
+                               for (s, c), found in sorted(block.checks.items()) for k in found)
+        lines += [f"    sock, base = sock{block.agent}, base{block.agent}",
+                  "    deadline = time.monotonic() + POLL_DEADLINE",
+                  "    while True:",
+                  f"        outs = {a}.turn({textwrap.indent(steps, '        ').lstrip()})",
+                  f"        if all([{conditions}]) or time.monotonic() > deadline:",
+                  "            break",
+                  "        time.sleep(POLL_INTERVAL)",
+                  *checks]
+        return lines
+    what = "the step that broke the contract" if block.final else "setup" if not block.checks else "checked"
+    lines.append(_comment(f"{where} -- {what}", "    "))
+    lines.append(f"    outs = {a}.turn({steps})")
+    if block.first_list:
+        lines.append(f"    base{block.agent} = [(e['terminal'], e['session']) for e in outs[0][0]]  # the server's own terminals")
+    if checks:
+        lines.append(f"    sock, base = sock{block.agent}, base{block.agent}")
+        lines += checks
+    return lines
+
+
+def render(p: Plan, steps: Sequence[str], failure: BaseException, conftest: str, where: str, name: str) -> str:
+    """The text of the plain repro of plan ``p`` (``steps``: the shrunk program's rule lines,
+    numbered as the comments number them; ``name``: the file's)."""
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    first = str(failure).splitlines()[0] if str(failure) else type(failure).__name__
+    rule = CLAUSES[p.clause].rule if p.clause in CLAUSES else ""
+    section = CLAUSES[p.clause].section if p.clause in CLAUSES else ""
+    shown = "\n".join(f"    {n}. {line}" for n, line in enumerate(steps, 1))
+    body: list[str] = []
+    for n in range(p.agents):
+        body.append(f"    sock{n}: dict = {{}}  # agent {n}: (terminal, session) -> the tmux_socket its launch returned")
+    for block in p.blocks:
+        body += _block(block)
+    name = Path(name).stem
+    summary = first.replace("\\", "\\\\").replace('"""', "'''")
+    return f'''"""Broken clause {p.clause} ({section}): {rule}.
+
+Found by the stateful tester on {stamp} against {where}; its shrunk program was:
+{shown}
+
+The machine reported:
+    {summary[:600]}
+
+Each turn below scripts the calls the machine made (verbatim) into the mock LLM's queue, posts one
+user message, waits for the turn to end and reads every output back from the session's items; the
+assertions are what the contract fixes about the outputs, the last one the clause that broke. It
+fails while the bug is there and passes once it is fixed. It needs pytest, httpx and a conftest
+module providing the CONTRACT §6 helpers and fixtures ({conftest}).
+"""
+
+import json
+import time
+
+import httpx
+
+from {conftest} import (  # noqa: F401 (fixtures are used by name)
+    configure_mock_llm,
+    create_runner_bound_session,
+    harness_name,
+    http_client,
+    live_runner_id,
+    live_server,
+    mock_llm_server_url,
+    model_name,
+    poll_session_until_terminal,
+    register_inline_agent,
+    send_user_message_to_session,
+)
+
+TERMINALS = {p.terminals!r}
+"""The agent spec's terminals, as the tester declared them."""
+TURN_TIMEOUT = 120.0
+POLL_DEADLINE = 15.0
+"""How long an "eventually" is polled (the tester's default)."""
+POLL_INTERVAL = 0.2
+PAGE_SIZES = (7, 2, 3, 1)
+
+
+class Agent:
+    """One agent session: its own agent (TERMINALS), its own mock-LLM queue (model), its turns."""
+
+    def __init__(self, client: httpx.Client, mock_url: str, runner_id: str, harness: str, model: str) -> None:
+        self.client, self.mock_url, self.model, self.turns = client, mock_url, model, 0
+        name = register_inline_agent(client, name=f"repro-{{model}}", harness=harness, model=model, profile="",
+                                     prompt="You are a terminal test assistant.", mock_llm_base_url=mock_url,
+                                     extra_config={{"terminals": TERMINALS}})
+        self.session_id = create_runner_bound_session(client, agent_name=name, runner_id=runner_id)
+
+    def turn(self, steps: list) -> list:
+        """One turn: each step is one model reply's tool calls; the parsed outputs, per step and call."""
+        self.turns += 1
+        ids = [[f"call_{{self.turns}}_{{s}}_{{c}}" for c in range(len(step))] for s, step in enumerate(steps)]
+        replies = [{{"tool_calls": [{{"call_id": i, "name": n, "arguments": a}} for i, (n, a) in zip(cids, step)]}}
+                   for cids, step in zip(ids, steps)]
+        configure_mock_llm(self.mock_url, [*replies, {{"text": f"turn {{self.turns}} done"}}], key=self.model)
+        response_id = send_user_message_to_session(self.client, session_id=self.session_id, content=f"turn {{self.turns}}")
+        outcome = poll_session_until_terminal(self.client, session_id=self.session_id, response_id=response_id,
+                                              timeout=TURN_TIMEOUT)
+        assert outcome["status"] == "completed", f"turn {{self.turns}} ended {{outcome}}"
+        outputs = {{i["call_id"]: i["output"] for i in self.items(1000) if i.get("type") == "function_call_output"}}
+        return [[_parsed(outputs.get(i)) for i in cids] for cids in ids]
+
+    def items(self, limit: int) -> list:
+        """Every item of the session, following the pages."""
+        items: list = []
+        params: dict = {{"order": "asc", "limit": limit}}
+        while True:
+            page = self.client.get(f"/v1/sessions/{{self.session_id}}/items", params=params)
+            assert page.status_code == 200, page.text
+            body = page.json()
+            items += body["data"]
+            if not body.get("has_more"):
+                return items
+            params["after"] = body["last_id"]
+
+    def check_pagination(self, message: str) -> None:
+        whole = [i["id"] for i in self.items(1000)]
+        for size in PAGE_SIZES:
+            seen: list = []
+            params: dict = {{"order": "asc", "limit": size}}
+            for _ in range(10_000):
+                body = self.client.get(f"/v1/sessions/{{self.session_id}}/items", params=params).json()
+                ids = [i["id"] for i in body["data"]]
+                if ids:
+                    assert (body["first_id"], body["last_id"]) == (ids[0], ids[-1]), (
+                        f"{{message}}: a page of limit {{size}} holds {{ids[0]}}..{{ids[-1]}} but says "
+                        f"first_id {{body['first_id']}}, last_id {{body['last_id']}}")
+                seen += ids
+                if not body.get("has_more"):
+                    break
+                assert ids, f"{{message}}: an empty page says has_more"
+                params["after"] = body["last_id"]
+            assert seen == whole[: len(seen)] and len(seen) >= len(whole), (
+                f"{{message}}: pages of {{size}} yield {{len(seen)}} items, one page of 1000 yields {{len(whole)}}")
+
+    def check_view(self, running: list, base: list, message: str) -> None:
+        """/resources/terminals against the pairs that must be running (the server's own, ``base``,
+        may show too)."""
+        base = {{tuple(p) for p in base}}
+        reply = self.client.get(f"/v1/sessions/{{self.session_id}}/resources/terminals")
+        assert reply.status_code == 200, reply.text
+        shown = {{(r.get("terminal"), r.get("session")) for r in reply.json()["data"]}}
+        assert shown - (base - {{tuple(p) for p in running}}) == {{tuple(p) for p in running}}, (
+            f"{{message}}: /resources/terminals shows {{sorted(shown)}}; running: {{sorted(map(tuple, running))}}")
+
+    def delete(self) -> None:
+        reply = self.client.delete(f"/v1/sessions/{{self.session_id}}")
+        assert reply.status_code in (200, 202, 204), reply.text
+
+
+def _parsed(output):
+    try:
+        return json.loads(output)
+    except (TypeError, ValueError):
+        return output
+
+
+def {name}(http_client, live_runner_id, harness_name, model_name, mock_llm_server_url):
+{chr(10).join(body)}
+'''
