@@ -1,5 +1,6 @@
 """``python -m stateful serve``: run the embedded reference stack until SIGINT/SIGTERM;
-``python -m stateful clauses``: list the contract's clauses.
+``python -m stateful clauses``: list the contract's clauses;
+``python -m stateful campaign``: a time-boxed search for every distinct bug (``stateful.campaign``).
 
 Prints exactly one JSON line on stdout once both servers answer::
 
@@ -75,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     clauses = commands.add_parser("clauses", help="list the contract's clauses that violations name")
     clauses.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
+    from stateful.campaign.options import add_parser as add_campaign
+
+    add_campaign(commands)
     return parser
 
 
@@ -135,6 +139,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve(args)
     if args.command == "clauses":
         return list_clauses(args)
+    if args.command == "campaign":
+        from stateful.campaign.driver import run as campaign
+
+        return campaign(args)
     return EXIT_USAGE  # pragma: no cover - argparse rejects unknown commands
 
 
