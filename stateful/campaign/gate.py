@@ -150,8 +150,10 @@ class Gate:
         return False
 
     def _claim_info(self, error: BaseException) -> dict[str, Any]:
+        """What the claim stores; ``program`` counts this worker's programs, this one included (1:
+        its first program, e.g. a failure the example database replayed)."""
         return {"worker": self.worker, "first_seen_s": round(time.time() - self.started, 1),
-                "message": first_line(error), "steps_found": self._steps()}
+                "message": first_line(error), "steps_found": self._steps(), "program": self.programs + 1}
 
     def _steps(self) -> int:
         """Rules the program ran (a rule that raised counts: it ran)."""

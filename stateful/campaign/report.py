@@ -70,7 +70,8 @@ def build_report(budget: float, elapsed: float, workers: int, states: Sequence[M
         failure = recorded.get(key) or {"clause": key, "message": claim.get("message", ""),
                                         "first_seen_s": claim.get("first_seen_s"),
                                         "steps_found": claim.get("steps_found"), "steps_shrunk": None,
-                                        "repro": None}
+                                        "repro": None, "worker": claim.get("worker"),
+                                        "program": claim.get("program")}
         failures.append(failure)
     failures.sort(key=lambda f: (f.get("first_seen_s") is None, f.get("first_seen_s") or 0.0))
     listed = {d.clause for d in deviations} | set(allowed)
@@ -123,7 +124,8 @@ def markdown(report: CampaignReport) -> str:
     for f in report.failures:
         shrunk = f"shrunk to {f['steps_shrunk']} steps" if f.get("steps_shrunk") is not None else "not shrunk (the budget ended first)"
         lines += [f"### `{f['clause']}`", "",
-                  f"found after {f.get('first_seen_s')} s in a program of {f.get('steps_found')} steps, {shrunk}; "
+                  f"found after {f.get('first_seen_s')} s in program {f.get('program')} of worker {f.get('worker')} "
+                  f"({f.get('steps_found')} steps), {shrunk}; "
                   f"met again {report.repeats.get(f['clause'], 0)} times",
                   "", f"repro: `{f['repro']}`" if f.get("repro") else "repro: none", "",
                   "```", f.get("report") or f.get("message", ""), "```", ""]

@@ -192,7 +192,7 @@ class Worker:
                 "steps_found": claim.get("steps_found"),
                 "steps_shrunk": len(rule_groups(program, invariants_of(machine))) if program else None,
                 "repro": repro, "shrunk_s": round(time.time() - self.config.started, 1),
-                "report": _report(shrunk), "worker": self.index,
+                "report": _report(shrunk), "worker": self.index, "program": claim.get("program"),
             })
             self.save()
 
