@@ -38,6 +38,9 @@ FAULTS = {"scrollback-bool": "read.scrollback-type", "cross-session": "scope.ses
           "closed-still-listed": "list.registered"}
 """Three quick faults of different clauses, met at different points of a program (a rule's own
 check, a second agent session, teardown), so that ignoring one does not hide another."""
+CONSEQUENCES = {"close.not-found"}
+"""What the same planted bugs also break: closed-still-listed never unregisters a closed pair, so a
+second close of it says "closed" (not not_found). Found or not, depending on the programs."""
 STOP_GRACE = 10.0 + 5.0
 """driver.STOP_GRACE, then workers.GRACE: the most a campaign may run past its budget."""
 MAX_SHRUNK_STEPS = 8
@@ -186,7 +189,7 @@ def _junit(directory: Path) -> dict[str, str]:
 
 def test_a_campaign_finds_each_planted_bug_once_writes_its_repro_and_keeps_going(
         run_root: Path, tmp_path: Path, record_property: Callable[[str, object], None]) -> None:
-    budget = 35
+    budget = 45
     report_dir, repros = tmp_path / "report", tmp_path / "repros"
     result, wall = campaign(run_root, "--target", "direct", "--budget", f"{budget}s", "--workers", "2",
                             "--shrink-budget", "8", "--repro-dir", str(repros), "--db", str(tmp_path / "db"),
@@ -198,17 +201,19 @@ def test_a_campaign_finds_each_planted_bug_once_writes_its_repro_and_keeps_going
     data = _report(report_dir)
     assert data["elapsed_s"] <= budget + STOP_GRACE
     found = {f["clause"]: f for f in data["failures"]}
-    assert set(found) == set(FAULTS.values()), result.stdout  # each once, nothing else (no false alarm)
+    assert set(FAULTS.values()) <= set(found) <= set(FAULTS.values()) | CONSEQUENCES, result.stdout  # no false alarm
     for clause, failure in found.items():
+        if clause in CONSEQUENCES:
+            continue
         assert failure["message"].startswith(f"{clause}: ")
         assert failure["repro"] and Path(failure["repro"]).is_file(), failure
         assert 1 <= failure["steps_shrunk"] <= MAX_SHRUNK_STEPS, failure
         assert failure["first_seen_s"] <= data["elapsed_s"]
-    assert len(list(repros.glob("test_repro_direct_*.py"))) == 3
+    assert len(list(repros.glob("test_repro_direct_*.py"))) >= 3
     # it kept going after the first failure: programs ran after every failure was claimed
     assert data["programs"] > 10
     junit = _junit(report_dir)
-    assert {n for n, o in junit.items() if o == "failed"} == set(FAULTS.values())
+    assert {n for n, o in junit.items() if o == "failed"} == set(found)
     assert "passed" in junit.values()
     md = (report_dir / "report.md").read_text()
     assert "# Campaign report: FAILED" in md and "## Never exercised" in md
@@ -218,7 +223,7 @@ def test_a_campaign_finds_each_planted_bug_once_writes_its_repro_and_keeps_going
 
 def test_allowed_clauses_are_counted_as_known_and_the_campaign_passes(run_root: Path, tmp_path: Path) -> None:
     report_dir = tmp_path / "report"
-    allow = [arg for clause in FAULTS.values() for arg in ("--allow", clause)]
+    allow = [arg for clause in [*FAULTS.values(), *CONSEQUENCES] for arg in ("--allow", clause)]
     result, _ = campaign(run_root, "--target", "direct", "--budget", "15s", "--workers", "2", "--repro-dir", "",
                          "--db", str(tmp_path / "db"), "--report", str(report_dir), *allow, faults=",".join(FAULTS))
     assert result.returncode == 0, result.stdout + result.stderr
@@ -226,7 +231,7 @@ def test_allowed_clauses_are_counted_as_known_and_the_campaign_passes(run_root: 
     data = _report(report_dir)
     assert data["failures"] == []
     known = {k["clause"]: k["count"] for k in data["known"]}
-    assert known and set(known) <= set(FAULTS.values()) and all(n > 0 for n in known.values())
+    assert known and set(known) <= set(FAULTS.values()) | CONSEQUENCES and all(n > 0 for n in known.values())
     junit = _junit(report_dir)
     assert all(junit[c].startswith("skipped: known deviation") for c in known)
     assert "no clause failed outside the allowed ones" in result.stdout
