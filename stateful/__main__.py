@@ -1,6 +1,7 @@
 """``python -m stateful serve``: run the embedded reference stack until SIGINT/SIGTERM;
 ``python -m stateful clauses``: list the contract's clauses;
 ``python -m stateful replay DIR|FILE...``: run repros, say which are fixed (``stateful.replay``).
+``python -m stateful campaign``: a time-boxed search for every distinct bug (``stateful.campaign``).
 
 Prints exactly one JSON line on stdout once both servers answer::
 
@@ -78,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     clauses.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
     from stateful import replay
     replay.build_parser(commands.add_parser("replay", help="run repros (either kind): FIXED / STILL FAILING / ERROR"))
+    from stateful.campaign.options import add_parser as add_campaign
+
+    add_campaign(commands)
     return parser
 
 
@@ -141,6 +145,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "replay":
         from stateful.replay import replay as run_replay
         return run_replay(args)
+    if args.command == "campaign":
+        from stateful.campaign.driver import run as campaign
+
+        return campaign(args)
     return EXIT_USAGE  # pragma: no cover - argparse rejects unknown commands
 
 

@@ -13,6 +13,7 @@ same on a busy machine as on an idle one.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
@@ -147,10 +148,12 @@ def _unmet_precondition(state: Any, line: str) -> str | None:
     return None
 
 
-def shorter_failure(machine: type, failure: BaseException, max_replays: int | None = None) -> BaseException:
+def shorter_failure(machine: type, failure: BaseException, max_replays: int | None = None,
+                    deadline: float | None = None) -> BaseException:
     """``failure`` (a contract violation whose notes hold the program that raised it), or the failure
     of a shorter program that breaks the same clause, found by :func:`drop_steps` with replays of
-    ``machine`` (bound to the target that failed; at most 3 per step by default). Its notes say how
+    ``machine`` (bound to the target that failed; at most 3 per step by default, and none after
+    ``deadline``, a ``time.time()``: a campaign's budget includes this pass). Its notes say how
     many steps were dropped."""
     clause = clause_of(failure)
     program = repro.reported_program(failure)
@@ -161,6 +164,8 @@ def shorter_failure(machine: type, failure: BaseException, max_replays: int | No
     found: list[BaseException] = []
 
     def check(candidate: list[str]) -> bool:
+        if deadline is not None and time.time() >= deadline:
+            return False
         replayed = replay_program(machine, candidate)
         if replayed is not None and clause_of(replayed) == clause:
             found[:] = [replayed]

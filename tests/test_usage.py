@@ -125,7 +125,7 @@ def test_no_job_or_an_unknown_one_is_a_usage_error_that_builds_nothing(tmp_path:
     assert bare.returncode == 2 and bare.stderr.startswith("usage: ./dev JOB") and bare.stdout == ""
     unknown = run(["bash", str(copy), "nosuch"], cwd=tmp_path, timeout=10)
     assert unknown.returncode == 2
-    assert said(unknown) == ["dev: unknown job 'nosuch' (machine, tests, replay, serve, bench or help)"]
+    assert said(unknown) == ["dev: unknown job 'nosuch' (machine, tests, replay, serve, campaign, bench or help)"]
     assert not (tmp_path / ".venv").exists()
 
 

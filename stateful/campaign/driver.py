@@ -1,0 +1,158 @@
+"""Runs a campaign: checks its options, starts the workers, shows progress, ends them at the budget,
+writes the report, and says how it went (the exit status).
+
+The workers are plain subprocesses (``python -m stateful.campaign.worker``) started with
+``stateful.workers.start_worker``: each in a session of its own, holding a lifeline, and ended on
+every path (the budget, Ctrl-C, SIGTERM) by ``end_all``; their terminals die with them (each
+registry's reaper). There is no scheduler: each worker searches on its own until the deadline, and
+the only thing they share is the directory of claimed failures (``seen``) and the example database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from stateful.campaign import seen
+from stateful.campaign.database import check_db
+from stateful.campaign.deviations import Deviation, DeviationsError, load_deviations, unknown_clause
+from stateful.campaign.options import EXIT_USAGE
+from stateful.campaign.progress import Progress, Totals
+from stateful.campaign.report import CampaignReport, build_report, write_reports
+from stateful.campaign.worker import WorkerConfig, state_path
+from stateful.workers import end_all, interrupt_on_signals, restore_signals, start_worker
+
+__all__ = ["run"]
+
+STOP_GRACE = 10.0
+"""Seconds after the budget a worker may still take to finish (a program, a shrink's last replay,
+writing its repro) before it is ended (SIGTERM, then SIGKILL ``workers.GRACE`` later)."""
+TICK = 0.5
+
+
+class UsageError(Exception):
+    """One line, exit status 2."""
+
+
+def _check(args: argparse.Namespace) -> tuple[list[Deviation], list[str] | None]:
+    """The deviations and the external target, or UsageError."""
+    deviations: list[Deviation] = []
+    if args.deviations is not None:
+        try:
+            deviations = load_deviations(args.deviations)
+        except DeviationsError as exc:
+            raise UsageError(str(exc)) from None
+    for clause in args.allow:
+        problem = unknown_clause(clause)
+        if problem:
+            raise UsageError(f"--allow {clause}: {problem}")
+    given = [args.server_url, args.mock_llm_url, args.runner_id]
+    external = None
+    if any(given):
+        if not all(given):
+            raise UsageError("--server-url, --mock-llm-url and --runner-id go together")
+        if args.target == "direct":
+            raise UsageError("--target direct runs in-process: it takes no --server-url")
+        from stateful.e2e import preflight
+
+        problem = preflight(*given)
+        if problem:
+            raise UsageError(f"{problem} (nothing was tested)")
+        external = [str(v).rstrip("/") for v in given]
+    problem = check_db(args.db)
+    if problem:
+        raise UsageError(problem)
+    return deviations, external
+
+
+def _read_states(run_dir: Path, workers: int) -> list[dict[str, Any]]:
+    states = []
+    for index in range(workers):
+        try:
+            states.append(json.loads(state_path(run_dir, index).read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            states.append({})
+    return states
+
+
+def _totals(run_dir: Path, workers: int, allowed: set[str]) -> Totals:
+    states = _read_states(run_dir, workers)
+    return Totals(workers=workers, programs=sum(s.get("programs", 0) for s in states),
+                  steps=sum(s.get("steps", 0) for s in states), failures=len(seen.claimed(run_dir / "seen")),
+                  known=sum(n for s in states for c, n in s.get("known", {}).items() if c in allowed))
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        deviations, external = _check(args)
+    except UsageError as exc:
+        print(f"python -m stateful campaign: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    allowed = sorted(set(args.allow) | {d.clause for d in deviations})
+    run_dir = Path(tempfile.mkdtemp(prefix="campaign-"))
+    (run_dir / "seen").mkdir()
+    started = time.time()
+    config = WorkerConfig(
+        target="sessions" if external else args.target, external=external, stack_latency=args.stack_latency,
+        allowed=allowed, started=started, deadline=started + args.budget, shrink_budget=args.shrink_budget,
+        repro_dir=args.repro_dir or None, db=args.db, step_timeout=args.step_timeout,
+        poll_deadline=args.poll_deadline, steps_per_program=args.steps)
+    (run_dir / "config.json").write_text(json.dumps(asdict(config)), encoding="utf-8")
+    progress = Progress(args.budget, quiet=args.quiet)
+    previous = interrupt_on_signals()
+    workers = []
+    interrupted = False
+    try:
+        for index in range(args.workers):
+            log = open(run_dir / f"worker-{index}.log", "wb")  # noqa: SIM115 - closed once the worker is
+            with log:
+                workers.append(start_worker([sys.executable, "-m", "stateful.campaign.worker", str(run_dir),
+                                             str(index)], stdout=log, stderr=subprocess.STDOUT))
+        hard_stop = config.deadline + STOP_GRACE
+        while any(w.proc.poll() is None for w in workers) and time.time() < hard_stop:
+            progress.show(time.time() - started, _totals(run_dir, args.workers, set(allowed)))
+            time.sleep(TICK)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        end_all(workers)
+        restore_signals(previous)
+        progress.done()
+    elapsed = time.time() - started
+    states = _read_states(run_dir, args.workers)
+    report = build_report(args.budget, elapsed, args.workers, states, seen.claims(run_dir / "seen"),
+                          deviations, allowed)
+    for index, (worker, state) in enumerate(zip(workers, states)):
+        if worker.proc.returncode not in (0, None) and not state.get("errors") and not interrupted \
+                and worker.proc.returncode > 0:
+            log = (run_dir / f"worker-{index}.log").read_text(errors="replace")[-3000:]
+            report.errors.append(f"worker {index} exited {worker.proc.returncode}:\n{log}")
+    written = write_reports(report, args.report) if args.report is not None else []
+    if not args.quiet:
+        _summary(report, written, interrupted)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return 1 if report.failed else 0
+
+
+def _summary(report: CampaignReport, written: list[Path], interrupted: bool) -> None:
+    rate = report.steps / report.elapsed_s if report.elapsed_s else 0.0
+    head = "interrupted" if interrupted else "done"
+    lines = [f"campaign {head} after {report.elapsed_s:g} s (budget {report.budget_s:g} s): {report.workers} workers, "
+             f"{report.programs} programs, {report.steps} steps ({rate:.1f} steps/s)"]
+    lines += [f"FAILED {f['clause']}: {f['message'][:200]}" + (f"\n  repro: {f['repro']}" if f.get("repro") else
+                                                                "\n  (not shrunk: the budget ended first)")
+              for f in report.failures]
+    lines += [f"known  {k['clause']}: met {k['count']} times" for k in report.known]
+    lines += [f"ERROR  {e.strip().splitlines()[-1]}" for e in report.errors]
+    if not report.failures and not report.errors:
+        lines.append("no clause failed outside the allowed ones")
+    lines += [f"report: {p}" for p in written]
+    print("\n".join(lines), flush=True)

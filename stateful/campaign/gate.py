@@ -1,0 +1,173 @@
+"""In a worker: what becomes of a program that meets a failure the campaign already knows.
+
+The machine raises every violation as it always does (``stateful.clauses.fail``). The gate sits
+around Hypothesis's inner test of one program (``test.hypothesis.inner_test``, which Hypothesis lets
+plugins replace) and looks at what escaped it, once the machine's teardown has run:
+
+* a clause the campaign allows (``--allow``, ``--deviations``): counted as known, and the program
+  ends as *invalid* (``hypothesis.reject()``), so Hypothesis neither shrinks nor reports it and goes
+  on with the next program;
+* a failure another worker claimed, or this worker reported in an earlier run: counted, invalid;
+* a new one: claimed (``seen.claim``) and let through, so Hypothesis shrinks it as usual.
+
+It cannot sit inside ``clauses.fail``: the model judges concurrent calls by trying orders and
+catching the violations of the orders that do not explain the outputs, so a violation raised there
+is not yet a failure. Only what leaves the program is.
+
+The gate also counts what the campaign reports: programs, steps (rules run), the programs in which
+each ``event()`` label (``clause: <id>`` among them) occurred, and it ends a search at its deadline.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hypothesis import reject
+from hypothesis.control import current_build_context
+from hypothesis.errors import HypothesisException
+from hypothesis.internal.reflection import function_digest
+
+from stateful.campaign import seen
+from stateful.clauses import clause_of
+from stateful.targets.base import TargetError
+
+__all__ = ["BudgetSpent", "Gate", "failure_key", "first_line"]
+
+
+class BudgetSpent(BaseException):
+    """The campaign's deadline passed before a program started: ends the search (a BaseException,
+    so that Hypothesis does not take it for a failure of the program and shrink it)."""
+
+
+def failure_key(error: BaseException) -> str:
+    """What tells failures apart: the clause of a contract violation; for a failure of the target
+    (a hang, a server that broke) or of the tester, ``target:<type>`` or ``error:<type>``."""
+    clause = clause_of(error)
+    if clause:
+        return clause
+    kind = "target" if isinstance(error, TargetError) else "error"
+    return f"{kind}:{type(error).__name__}"
+
+
+def first_line(error: BaseException) -> str:
+    """The failure's first plain line (a violation's starts with its clause id)."""
+    text = str(error).strip().split("\n", 1)[0]
+    return text if clause_of(error) else f"{type(error).__name__}: {text}"
+
+
+@dataclass
+class Gate:
+    """One worker's gate (see the module docstring). Not thread-safe: one program at a time."""
+
+    seen_dir: Path
+    allowed: frozenset[str]
+    worker: int
+    started: float
+    """Wall-clock time the campaign started (``first_seen_s`` counts from it)."""
+    deadline: float
+    """Wall-clock time after which no new program starts."""
+    on_program: Callable[[], None] = lambda: None
+    """Called after every program (the worker saves its counts)."""
+    programs: int = 0
+    steps: int = 0
+    coverage: Counter[str] = field(default_factory=Counter)
+    known: Counter[str] = field(default_factory=Counter)
+    repeats: Counter[str] = field(default_factory=Counter)
+    """Failures already claimed, met again (by key)."""
+    done: set[str] = field(default_factory=set)
+    """Keys this worker reported in earlier runs."""
+    run_claims: set[str] = field(default_factory=set)
+    """Keys this worker claimed in the current run (Hypothesis is shrinking them)."""
+    ignored: frozenset[str] = frozenset()
+    machine: Any = None
+
+    def new_run(self) -> None:
+        self.done |= self.run_claims
+        self.run_claims = set()
+
+    @property
+    def shrinking(self) -> bool:
+        """This run found a failure: Hypothesis shrinks it now, and every replay must be judged the
+        same way (the ignored set is no longer refreshed, the deadline is the shrink budget's)."""
+        return bool(self.run_claims)
+
+    def install(self, test: Any, machine: type) -> None:
+        """Put the gate around the inner test of ``test`` (from ``get_state_machine_test`` with
+        :meth:`factory`), keeping the example database's key that of ``machine`` itself, as
+        ``run_state_machine_as_test(machine)`` derives it: so a campaign replays what ``pytest
+        stateful/`` saved, and the other way round."""
+        inner = test.hypothesis.inner_test
+        guarded = self._guard(inner)
+        guarded._hypothesis_internal_add_digest = function_digest(machine)  # type: ignore[attr-defined]
+        test.hypothesis.inner_test = guarded
+
+    def factory(self, machine: type) -> Callable[[], Any]:
+        """A machine factory that lets the gate see the program's machine (its steps)."""
+
+        def make() -> Any:
+            self.machine = machine()
+            return self.machine
+
+        return make
+
+    def _guard(self, inner: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(inner)
+        def run_state_machine(*args: Any, **kwargs: Any) -> None:
+            if not self.shrinking:
+                if time.time() >= self.deadline:
+                    raise BudgetSpent()
+                self.ignored = seen.claimed(self.seen_dir) | self.done
+            self.machine = None
+            try:
+                inner(*args, **kwargs)
+            except HypothesisException:
+                raise
+            except Exception as error:
+                if self._ignores(error):
+                    reject()
+                raise
+            finally:
+                self._account()
+        return run_state_machine
+
+    def _ignores(self, error: BaseException) -> bool:
+        key = failure_key(error)
+        if key in self.allowed:
+            self.known[key] += 1
+            return True
+        if key in self.run_claims:
+            return False
+        if key in self.ignored or key in self.done or not seen.claim(self.seen_dir, key, self._claim_info(error)):
+            self.repeats[key] += 1
+            return True
+        self.run_claims.add(key)
+        return False
+
+    def _claim_info(self, error: BaseException) -> dict[str, Any]:
+        """What the claim stores; ``program`` counts this worker's programs, this one included (1:
+        its first program, e.g. a failure the example database replayed)."""
+        return {"worker": self.worker, "first_seen_s": round(time.time() - self.started, 1),
+                "message": first_line(error), "steps_found": self._steps(), "program": self.programs + 1}
+
+    def _steps(self) -> int:
+        """Rules the program ran (a rule that raised counts: it ran)."""
+        machine = self.machine
+        if machine is None:
+            return 0
+        return int(getattr(machine, "rules_run", 0)) + (1 if getattr(machine, "busy", False) else 0)
+
+    def _account(self) -> None:
+        self.programs += 1
+        self.steps += self._steps()
+        try:
+            labels = current_build_context().data.events
+        except Exception:  # no build context: nothing to count
+            labels = {}
+        self.coverage.update(str(label) for label in labels)
+        self.on_program()

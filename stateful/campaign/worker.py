@@ -1,0 +1,271 @@
+"""One search of a campaign: ``python -m stateful.campaign.worker RUN_DIR INDEX``.
+
+The driver starts each worker with ``stateful.workers.start_worker`` (its own session, a lifeline)
+and a ``config.json`` in ``RUN_DIR``. The worker opens its own target (for the embedded stack: its
+own stack, so workers never share a server's state or a planted fault's damage), then runs
+Hypothesis searches of the machine, one after another, each with a new seed, until the deadline:
+
+* a search that finds new failures (see :mod:`stateful.campaign.gate`) ends as a search always
+  does: Hypothesis shrinks them (within the shrink budget, never past the deadline), replays and
+  raises them; each is then shortened by ``stateful.minimize``, written as a repro and recorded;
+* a search that finds nothing new ends after ``max_examples`` programs, and the next one starts.
+
+Only worker 0's first search replays the example database (Hypothesis's ``reuse`` phase): a replay
+that does not fail is deleted from the database, and a replay of a failure claimed meanwhile by
+another worker is exactly that.
+
+What it found and counted is written to ``RUN_DIR/worker-INDEX.json`` (atomically, after every
+program), which the driver reads for the progress line and the report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+import traceback
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.errors import HypothesisException, Unsatisfiable
+from hypothesis.stateful import get_state_machine_test
+
+from stateful.campaign import seen
+from stateful.campaign.database import open_db
+from stateful.campaign.gate import BudgetSpent, Gate, failure_key, first_line
+from stateful.clauses import clause_of
+from stateful.workers import follow_parent, interrupt_on_signals
+
+__all__ = ["WorkerConfig", "main", "state_path"]
+
+PROFILE = "campaign"
+SAVE_EVERY = 0.5
+"""Seconds between two saves of the worker's counts (and after every search)."""
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """What the driver tells every worker (``RUN_DIR/config.json``)."""
+
+    target: str                      # "direct" | "sessions"
+    external: list[str] | None       # [server_url, mock_llm_url, runner_id], or None: an embedded stack
+    stack_latency: float             # seconds
+    allowed: list[str]
+    started: float                   # wall clock
+    deadline: float                  # wall clock
+    shrink_budget: float             # seconds
+    repro_dir: str | None
+    db: str
+    step_timeout: float | None = None
+    poll_deadline: float | None = None
+    max_examples: int | None = None
+    steps_per_program: int | None = None
+
+    @classmethod
+    def load(cls, run_dir: Path) -> WorkerConfig:
+        return cls(**json.loads((run_dir / "config.json").read_text(encoding="utf-8")))
+
+
+def state_path(run_dir: Path, index: int) -> Path:
+    return run_dir / f"worker-{index}.json"
+
+
+class Worker:
+    """One worker's searches and what they found."""
+
+    def __init__(self, run_dir: Path, index: int, config: WorkerConfig) -> None:
+        self.run_dir, self.index, self.config = run_dir, index, config
+        self.failures: list[dict[str, Any]] = []
+        self.searches: list[int] = []
+        self.errors: list[str] = []
+        self.notes: list[str] = []
+        self.finished = False
+        self._saved = 0.0
+        self.gate = Gate(seen_dir=run_dir / "seen", allowed=frozenset(config.allowed), worker=index,
+                         started=config.started, deadline=config.deadline, on_program=self.save_soon)
+
+    # -- what the driver reads -------------------------------------------------------------------
+
+    def save_soon(self) -> None:
+        if time.monotonic() - self._saved >= SAVE_EVERY:
+            self.save()
+
+    def save(self) -> None:
+        g = self.gate
+        state = {"worker": self.index, "programs": g.programs, "steps": g.steps, "coverage": dict(g.coverage),
+                 "known": dict(g.known), "repeats": dict(g.repeats), "failures": self.failures,
+                 "seeds": self.searches, "errors": self.errors, "notes": self.notes, "finished": self.finished}
+        path = state_path(self.run_dir, self.index)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state), encoding="utf-8")
+        os.replace(tmp, path)
+        self._saved = time.monotonic()
+
+    # -- searching ---------------------------------------------------------------------------------
+
+    def run(self, machine: type, target: Any) -> None:
+        """Searches until the deadline (or an interrupt)."""
+        base = settings.get_profile(PROFILE)
+        database = open_db(self.config.db)
+        first = True
+        while time.time() < self.config.deadline:
+            phases = [Phase.generate, Phase.shrink]
+            if first and self.index == 0:
+                phases.insert(0, Phase.reuse)
+            first = False
+            changes: dict[str, Any] = {}
+            if self.config.max_examples:
+                changes["max_examples"] = self.config.max_examples
+            if self.config.steps_per_program:
+                changes["stateful_step_count"] = self.config.steps_per_program
+            run_settings = settings(base, database=database, phases=phases, report_multiple_bugs=True,
+                                    suppress_health_check=list(HealthCheck), **changes)
+            seed = random.SystemRandom().getrandbits(64)
+            self.searches.append(seed)
+            if not self.search(machine, target, run_settings, seed):
+                break
+        self.finished = True
+        self.save()
+
+    def search(self, machine: type, target: Any, run_settings: settings, seed: int) -> bool:
+        """One Hypothesis search with ``seed``; False once the deadline ended it."""
+        from stateful.shrinking import shrink_budget
+
+        test = get_state_machine_test(self.gate.factory(machine), settings=run_settings)
+        test._hypothesis_internal_use_seed = seed  # type: ignore[attr-defined]
+        self.gate.install(test, machine)
+        self.gate.new_run()
+        shrink = max(1.0, min(self.config.shrink_budget, self.config.deadline - time.time()))
+        try:
+            with shrink_budget(shrink):
+                test()
+        except BudgetSpent:
+            return False
+        except Unsatisfiable:
+            return True  # every program of this search met a failure the campaign knows
+        except HypothesisException as problem:  # e.g. FlakyStrategyDefinition: the search ended, not a bug found
+            self.notes.append(f"search {len(self.searches)} ended early: {type(problem).__name__}: "
+                              f"{str(problem).splitlines()[0] if str(problem) else ''}")
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as raised:  # noqa: BLE001 - sorted below: what Hypothesis found
+            self.record(machine, target, raised)
+        finally:
+            self.release_unreported()
+            self.save()
+        return True
+
+    def release_unreported(self) -> None:
+        """Give back the claims of this search that it did not report (it ended some other way):
+        another search may find them again, while there is time to shrink them."""
+        if time.time() >= self.config.deadline:
+            return
+        reported = {f["clause"] for f in self.failures}
+        for key in sorted(self.gate.run_claims - reported):
+            seen.release(self.run_dir / "seen", key)
+            self.gate.run_claims.discard(key)
+
+    def record(self, machine: type, target: Any, raised: BaseException) -> None:
+        """Shorten, write out and record every failure of the search that this worker claimed."""
+        from stateful.minimize import invariants_of, rule_groups, shorter_failure
+        from stateful.repro import reported_program, write_repro
+
+        for failure in _leaves(raised):
+            key = failure_key(failure)
+            if key not in self.gate.run_claims or any(f["clause"] == key for f in self.failures):
+                continue
+            shrunk = failure
+            if clause_of(failure) and time.time() < self.config.deadline:
+                shrunk = shorter_failure(machine, failure, deadline=self.config.deadline)
+            program = reported_program(shrunk)
+            repro = None
+            if self.config.repro_dir and program and clause_of(shrunk):
+                repro = str(write_repro(Path(self.config.repro_dir), target.name, shrunk))
+            claim = seen.info(self.run_dir / "seen", key)
+            self.failures.append({
+                "clause": key, "message": first_line(shrunk), "first_seen_s": claim.get("first_seen_s"),
+                "steps_found": claim.get("steps_found"),
+                "steps_shrunk": len(rule_groups(program, invariants_of(machine))) if program else None,
+                "repro": repro, "shrunk_s": round(time.time() - self.config.started, 1),
+                "report": _report(shrunk), "worker": self.index, "program": claim.get("program"),
+            })
+            self.save()
+
+
+def _leaves(raised: BaseException) -> list[BaseException]:
+    """The failures in what Hypothesis raised: one, or each of an exception group's (several distinct
+    failures, or a flaky one)."""
+    if isinstance(raised, BaseExceptionGroup):
+        return [leaf for inner in raised.exceptions for leaf in _leaves(inner)]
+    return [raised]
+
+
+def _report(failure: BaseException) -> str:
+    """The failure as ``pytest stateful/`` reports it: its message and the program (notes)."""
+    notes = [str(n) for n in getattr(failure, "__notes__", ())]
+    return "\n".join([f"{type(failure).__name__}: {failure}", *notes])
+
+
+def open_target(config: WorkerConfig, stack: ExitStack) -> tuple[type, Any]:
+    """The machine class (bound) and its target, closed by ``stack``."""
+    from stateful.conftest import MACHINE_CONFIGS
+    from stateful.machine import MachineConfig
+    from stateful.test_machine import DirectMachine, SessionsMachine
+    import dataclasses
+
+    machine_config = MACHINE_CONFIGS.get(PROFILE, MachineConfig())
+    changes = {k: v for k, v in (("step_timeout", config.step_timeout), ("poll_deadline", config.poll_deadline))
+               if v is not None}
+    machine_config = dataclasses.replace(machine_config, **changes)
+    target: Any
+    if config.target == "direct":
+        from stateful.targets.direct import DirectTarget
+
+        target = DirectTarget()
+        stack.callback(target.close)
+        machine: type = DirectMachine
+    else:
+        from stateful.targets.sessions import SessionsTarget
+
+        if config.external:
+            server_url, mock_llm_url, runner_id = config.external
+        else:
+            from stateful.reference.stack import EmbeddedStack
+
+            embedded = stack.enter_context(EmbeddedStack(latency=config.stack_latency))
+            server_url, mock_llm_url, runner_id = embedded.server_url, embedded.mock_llm_url, embedded.runner_id
+        target = SessionsTarget(server_url, mock_llm_url, runner_id)
+        stack.callback(target.close)
+        machine = SessionsMachine
+    machine.bind(target, machine_config)
+    return machine, target
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    run_dir, index = Path(args[0]), int(args[1])
+    follow_parent()
+    interrupt_on_signals()  # SIGTERM from the driver: finish the program's teardown, save, exit
+    config = WorkerConfig.load(run_dir)
+    worker = Worker(run_dir, index, config)
+    try:
+        with ExitStack() as stack:
+            machine, target = open_target(config, stack)
+            worker.run(machine, target)
+    except KeyboardInterrupt:
+        worker.save()
+        return 0
+    except Exception:  # an error of the tester itself: reported by the driver, with its traceback
+        worker.errors.append(traceback.format_exc())
+        worker.save()
+        return 3
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

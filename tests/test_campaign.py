@@ -1,0 +1,289 @@
+"""``python -m stateful campaign``: every distinct bug of a server in one time-boxed run.
+
+The campaigns here run real workers against the in-process reference tools (``--target direct``,
+the quickest) with planted faults of three different clauses switched on (``STATEFUL_FAULTS``), each
+in a ``TMPDIR`` of its own whose path marks every process of the run (workers, reapers, tmux
+servers): once the campaign has exited, none may be left. The Redis test starts a real
+``redis-server`` on a free port and stops it by pid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from stateful.campaign.deviations import DeviationsError, load_deviations
+from stateful.campaign.options import duration
+from stateful.campaign.report import FAILURE_KEYS
+from stateful.clauses import CLAUSES
+from stateful.workers import processes
+
+T = TypeVar("T")
+
+ROOT = Path(__file__).resolve().parent.parent
+FAULTS = {"scrollback-bool": "read.scrollback-type", "cross-session": "scope.session",
+          "closed-still-listed": "list.registered"}
+"""Three quick faults of different clauses, met at different points of a program (a rule's own
+check, a second agent session, teardown), so that ignoring one does not hide another."""
+CONSEQUENCES = {"close.not-found"}
+"""What the same planted bugs also break: closed-still-listed never unregisters a closed pair, so a
+second close of it says "closed" (not not_found). Found or not, depending on the programs."""
+STOP_GRACE = 10.0 + 5.0
+"""driver.STOP_GRACE, then workers.GRACE: the most a campaign may run past its budget."""
+MAX_SHRUNK_STEPS = 8
+
+
+def _poll(predicate: Callable[[], T], timeout: float, what: str) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what}: not within {timeout} s (last value: {value!r})")
+        time.sleep(0.1)
+
+
+def _naming(marker: str) -> dict[int, str]:
+    needle = os.fsencode(marker)
+    return {pid: os.fsdecode(cmd.replace(b"\0", b" ")) for pid, cmd, env in processes()
+            if needle in cmd or needle in env}
+
+
+@pytest.fixture
+def run_root() -> Iterator[Path]:
+    """The campaign's TMPDIR (short: tmux socket paths must fit in 107 bytes). Whatever of the run
+    is still alive after the test is killed (only processes naming this fresh directory)."""
+    directory = Path(tempfile.mkdtemp(prefix="camp-"))
+    try:
+        yield directory
+    finally:
+        for pid in _naming(str(directory)):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def campaign(root: Path, *args: str, faults: str = "", timeout: float = 120) -> tuple[subprocess.CompletedProcess[str], float]:
+    """Run ``python -m stateful campaign ARGS`` with its TMPDIR under ``root``; (result, wall seconds)."""
+    env = {**os.environ, "TMPDIR": str(root), "STATEFUL_FAULTS": faults}
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "stateful", "campaign", *args], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=timeout)
+    return result, time.monotonic() - started
+
+
+def _nothing_left(root: Path) -> None:
+    """No process of the run is alive (bounded polling: a reaper may take a moment)."""
+    _poll(lambda: not _naming(str(root)), 10.0,
+          f"every process of the campaign to be gone, left: {_naming(str(root))}")
+
+
+# -- options, deviations ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, seconds", [("90", 90), ("40s", 40), ("20m", 1200), ("1.5h", 5400)])
+def test_a_budget_takes_seconds_minutes_or_hours(text: str, seconds: float) -> None:
+    assert duration(text) == seconds
+
+
+def test_the_shipped_omnigent_deviations_name_known_clauses_and_drop_finding_5() -> None:
+    found = load_deviations(ROOT / "deviations" / "omnigent-0.19.1.toml")
+    clauses = {d.clause for d in found}
+    assert clauses <= set(CLAUSES) and all(d.why and d.version == "0.19.1" for d in found)
+    assert "read.dead" not in clauses  # finding 5: the amended contract allows it
+    assert {"launch.already-running", "send.not-found", "events.unique-ids", "read.scrollback-type",
+            "send.text-literal", "list.exit-removed"} <= clauses
+
+
+@pytest.mark.parametrize("text, line, says", [
+    ('[[deviation]]\nclause = "read.result"\nwhy = "x"\n\n[[deviation]]\nclause = "read.nope"\nwhy = "y"\n',
+     6, "unknown clause id 'read.nope'"),
+    ('[[deviation]]\nclause = "read.result"\n', 1, "needs a non-empty string 'why'"),
+    ('[[deviation]]\nclause = "read.result"\nwhy = "x"\nseverity = 3\n', 4, "unknown key 'severity'"),
+    ('[[deviation]]\nclause = "read.result\nwhy = "x"\n', 2, "not valid TOML"),
+])
+def test_a_bad_deviations_file_names_its_line(tmp_path: Path, text: str, line: int, says: str) -> None:
+    path = tmp_path / "d.toml"
+    path.write_text(text)
+    with pytest.raises(DeviationsError) as caught:
+        load_deviations(path)
+    assert str(caught.value).startswith(f"{path}:{line}: ") and says in str(caught.value)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--allow", "send.nope"], "--allow send.nope: unknown clause id 'send.nope'"),
+    (["--budget", "soon"], "argument --budget: 'soon' is not a duration"),
+    (["--workers", "0"], "argument --workers: 0 is not a positive integer"),
+    (["--server-url", "http://127.0.0.1:9"], "--server-url, --mock-llm-url and --runner-id go together"),
+])
+def test_a_usage_error_is_one_line_and_exit_2(run_root: Path, args: list[str], says: str) -> None:
+    result, _ = campaign(run_root, *args, "--quiet")
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == "" and result.stderr.count("\n") == 1 and says in result.stderr, result.stderr
+
+
+def test_a_bad_deviations_file_is_one_line_naming_it(run_root: Path, tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text('[[deviation]]\nclause = "list.sorted"\nwhy = "no"\n')
+    result, _ = campaign(run_root, "--deviations", str(path))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert f"{path}:2: unknown clause id 'list.sorted'" in result.stderr
+
+
+def test_the_campaign_keeps_the_database_key_of_the_machine() -> None:
+    """A campaign replays what ``pytest stateful/`` saved (and the other way round): the gate around
+    the inner test keeps the key ``run_state_machine_as_test`` derives for the machine class."""
+    from hypothesis import settings
+    from hypothesis.internal.reflection import function_digest
+    from hypothesis.stateful import get_state_machine_test
+
+    from stateful.campaign.gate import Gate
+    from stateful.test_machine import DirectMachine
+
+    plain = get_state_machine_test(DirectMachine, settings=settings())
+    gated = get_state_machine_test(lambda: DirectMachine(), settings=settings())
+    gate = Gate(seen_dir=Path("/nonexistent"), allowed=frozenset(), worker=0, started=0.0, deadline=0.0)
+    gate.install(gated, DirectMachine)
+    assert function_digest(gated.hypothesis.inner_test) == function_digest(plain.hypothesis.inner_test)
+
+
+# -- campaigns --------------------------------------------------------------------------------------
+
+
+def _report(directory: Path) -> dict[str, Any]:
+    data = json.loads((directory / "report.json").read_text())
+    assert set(data) == {"budget_s", "elapsed_s", "workers", "programs", "steps", "failures", "known", "coverage"}
+    assert all(set(f) == set(FAILURE_KEYS) for f in data["failures"])
+    assert data["programs"] > 0 and data["steps"] > 0 and data["workers"] == 2
+    assert all(isinstance(v, int) and v > 0 for v in data["coverage"].values())
+    return data
+
+
+def _junit(directory: Path) -> dict[str, str]:
+    """Test case name -> outcome (failed, skipped: message, passed)."""
+    suite = ET.parse(directory / "junit.xml").getroot()
+    outcomes = {}
+    for case in suite.iter("testcase"):
+        failure, skipped = case.find("failure"), case.find("skipped")
+        outcomes[case.get("name", "")] = ("failed" if failure is not None else
+                                          f"skipped: {skipped.get('message')}" if skipped is not None else "passed")
+    assert int(suite.get("tests", "0")) == len(outcomes) >= len(CLAUSES)
+    return outcomes
+
+
+def test_a_campaign_finds_each_planted_bug_once_writes_its_repro_and_keeps_going(
+        run_root: Path, tmp_path: Path, record_property: Callable[[str, object], None]) -> None:
+    budget = 45
+    report_dir, repros = tmp_path / "report", tmp_path / "repros"
+    result, wall = campaign(run_root, "--target", "direct", "--budget", f"{budget}s", "--workers", "2",
+                            "--shrink-budget", "8", "--repro-dir", str(repros), "--db", str(tmp_path / "db"),
+                            "--report", str(report_dir), faults=",".join(FAULTS))
+    record_property("wall_s", round(wall, 1))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert wall <= budget + STOP_GRACE + 10, f"{wall:.0f} s for a {budget} s budget"
+    _nothing_left(run_root)
+    data = _report(report_dir)
+    assert data["elapsed_s"] <= budget + STOP_GRACE
+    found = {f["clause"]: f for f in data["failures"]}
+    assert set(FAULTS.values()) <= set(found) <= set(FAULTS.values()) | CONSEQUENCES, result.stdout  # no false alarm
+    for clause, failure in found.items():
+        if clause in CONSEQUENCES:
+            continue
+        assert failure["message"].startswith(f"{clause}: ")
+        assert failure["repro"] and Path(failure["repro"]).is_file(), failure
+        assert 1 <= failure["steps_shrunk"] <= MAX_SHRUNK_STEPS, failure
+        assert failure["first_seen_s"] <= data["elapsed_s"]
+    assert len(list(repros.glob("test_repro_direct_*.py"))) >= 3
+    # it kept going after the first failure: programs ran after every failure was claimed
+    assert data["programs"] > 10
+    junit = _junit(report_dir)
+    assert {n for n, o in junit.items() if o == "failed"} == set(found)
+    assert "passed" in junit.values()
+    md = (report_dir / "report.md").read_text()
+    assert "# Campaign report: FAILED" in md and "## Never exercised" in md
+    for clause in FAULTS.values():
+        assert f"FAILED {clause}: " in result.stdout
+
+
+def test_allowed_clauses_are_counted_as_known_and_the_campaign_passes(run_root: Path, tmp_path: Path) -> None:
+    report_dir = tmp_path / "report"
+    allow = [arg for clause in [*FAULTS.values(), *CONSEQUENCES] for arg in ("--allow", clause)]
+    result, _ = campaign(run_root, "--target", "direct", "--budget", "15s", "--workers", "2", "--repro-dir", "",
+                         "--db", str(tmp_path / "db"), "--report", str(report_dir), *allow, faults=",".join(FAULTS))
+    assert result.returncode == 0, result.stdout + result.stderr
+    _nothing_left(run_root)
+    data = _report(report_dir)
+    assert data["failures"] == []
+    known = {k["clause"]: k["count"] for k in data["known"]}
+    assert known and set(known) <= set(FAULTS.values()) | CONSEQUENCES and all(n > 0 for n in known.values())
+    junit = _junit(report_dir)
+    assert all(junit[c].startswith("skipped: known deviation") for c in known)
+    assert "no clause failed outside the allowed ones" in result.stdout
+
+
+# -- the example database in Redis ---------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def redis_url(tmp_path: Path) -> Iterator[str]:
+    """A real redis-server on a free port, stopped by its pid."""
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("redis-server is not installed (apt-get install redis-server; .ci/run installs it)")
+    port = _free_port()
+    proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                             "--dir", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        import redis
+
+        client = redis.Redis(port=port)
+
+        def answers() -> bool:
+            try:
+                return bool(client.ping())
+            except redis.ConnectionError:
+                return False
+
+        _poll(answers, 10.0, "redis-server to answer")
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_a_failure_saved_in_redis_is_replayed_first_by_the_next_campaign(
+        run_root: Path, tmp_path: Path, redis_url: str) -> None:
+    import redis
+
+    common = ["--target", "direct", "--workers", "1", "--shrink-budget", "5", "--repro-dir", "", "--db", redis_url]
+    first, _ = campaign(run_root, *common, "--budget", "12s", faults="scrollback-bool")
+    assert first.returncode == 1 and "FAILED read.scrollback-type" in first.stdout, first.stdout + first.stderr
+    assert redis.Redis.from_url(redis_url).keys("hypothesis-example:*"), "nothing was saved in Redis"
+    second, _ = campaign(run_root, *common, "--budget", "6s", "--report", str(tmp_path / "r2"), faults="scrollback-bool")
+    assert second.returncode == 1, second.stdout + second.stderr
+    failure = json.loads((tmp_path / "r2" / "report.json").read_text())["failures"][0]
+    assert failure["clause"] == "read.scrollback-type"
+    assert "in program 1 of worker 0 " in (tmp_path / "r2" / "report.md").read_text()
+    _nothing_left(run_root)
