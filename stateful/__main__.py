@@ -1,6 +1,6 @@
 """``python -m stateful serve``: run the embedded reference stack until SIGINT/SIGTERM;
 ``python -m stateful clauses``: list the contract's clauses;
-``python -m stateful replay DIR|FILE...``: run repros, say which are fixed (``stateful.replay``).
+``python -m stateful replay DIR|FILE...``: run repros, say which are fixed (``stateful.replay``);
 ``python -m stateful campaign``: a time-boxed search for every distinct bug (``stateful.campaign``).
 
 Prints exactly one JSON line on stdout once both servers answer::
@@ -58,7 +58,8 @@ def _milliseconds(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m stateful", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m stateful", description="a property-based, stateful tester of the terminal tools of agent servers")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve = commands.add_parser("serve", help="run the embedded reference stack (sessions API + mock LLM)")
     serve.add_argument("--host", default="127.0.0.1", help="sessions API address (default 127.0.0.1)")
