@@ -312,10 +312,25 @@ def judge(model: SessionModel, call: Call, output: str) -> Judgement:
         except _Reject as exc:
             rejected = exc
         extra = sorted(set(args) - NAMED_KEYS.get(call.tool, set(args)))
-        if extra and _is_error(value):
+        if extra and _is_error(value) and _refuses_keys(value["error"], extra):
             rejected = _Reject("args.extra-keys", f"{rejected} (the call has keys the tool does not name: {extra}, "
                                                   "which it must ignore)")
     _fail(rejected.clause, call, output, str(rejected), model)
+
+
+KEY_REFUSAL = re.compile(r"(unexpected|unknown|unrecognized|extra|invalid|unsupported|disallowed)\W+(keyword\W+)?"
+                         r"(argument|key|field|parameter|propert)|additional\W+propert|not\W+(allowed|permitted)",
+                         re.IGNORECASE)
+"""An error that refuses an argument (as opposed to one the call's other arguments cause)."""
+
+
+def _refuses_keys(error: str, extra: Sequence[str]) -> bool:
+    """Whether an error is a refusal of the call's extra keys: it names one of them, or says it
+    refuses an argument. Otherwise the error is judged as what the named arguments caused (a server
+    that fails to type a text starting with ``-`` fails the same without the extra key: that is a
+    send.text-literal bug, not an args.extra-keys one, and the clause is what tells bugs apart)."""
+    return any(key and (repr(key) in error or f'"{key}"' in error) for key in extra) or \
+        KEY_REFUSAL.search(error) is not None
 
 
 def _judge_args(model: SessionModel, call: Call, args: dict[str, Any], value: Any) -> Judgement:

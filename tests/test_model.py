@@ -88,6 +88,20 @@ def test_extra_keys_change_nothing() -> None:
     judge(m, c("send", terminal="bash", session="a", text="x", Terminal=5, keys="Enter"), out({"status": "sent"}))
 
 
+@pytest.mark.parametrize(("error", "clause"), [
+    ("unexpected argument 'Terminal'", "args.extra-keys"),  # names the extra key
+    ("Additional properties are not allowed", "args.extra-keys"),  # refuses an argument
+    ("tmux command failed (rc=1): unknown flag -E", "send.sent"),  # what the text caused: not the extra key
+])
+def test_an_error_is_blamed_on_extra_keys_only_when_it_refuses_them(error: str, clause: str) -> None:
+    """The clause tells bugs apart: a send that fails because of its text fails the same without
+    the extra key, so it must not be reported (and shrunk) as an extra-keys bug."""
+    m = with_pair()
+    with pytest.raises(ContractViolation) as failure:
+        judge(m, c("send", terminal="bash", session="a", text="-E x", Terminal=5, keys="Enter"), out({"error": error}))
+    assert failure.value.clause == clause
+
+
 # --- launch ---------------------------------------------------------------------------------------
 
 def test_launch_then_already_running_with_the_same_socket() -> None:
