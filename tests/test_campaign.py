@@ -108,7 +108,7 @@ def test_the_shipped_omnigent_deviations_name_known_clauses_and_drop_finding_5()
     assert clauses <= set(CLAUSES) and all(d.why and d.version == "0.19.1" for d in found)
     assert "read.dead" not in clauses  # finding 5: the amended contract allows it
     assert {"launch.already-running", "send.not-found", "events.unique-ids", "read.scrollback-type",
-            "send.text-literal", "list.exit-removed"} <= clauses
+            "send.sent", "list.exit-removed"} <= clauses
 
 
 @pytest.mark.parametrize("text, line, says", [
