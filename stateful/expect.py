@@ -253,10 +253,14 @@ def plan(ops: Sequence[Op], clause: str) -> Plan:
             i += 1
             continue
         # a turn, possibly repeated (the machine polling for an "eventually")
-        j = i
-        while j + 1 < len(ops) and _same_turn(ops[j + 1], op) and ops[j + 1].outputs is not None:
-            j += 1
-        run = ops[i:j + 1]
+        j, run = i, [op]
+        for m in range(i + 1, len(ops)):  # the checks' looks at the events between repeats do not part them
+            if ops[m].kind == "events" and ops[m].session_id == op.session_id:
+                continue
+            if not (_same_turn(ops[m], op) and ops[m].outputs is not None):
+                break
+            j = m
+            run.append(ops[m])
         if op.outputs is None:  # the turn broke the contract before its outputs were read
             if clause != "items.pagination":
                 raise NoPlainForm(f"turn of step {op.step[0]} failed ({clause}) before its outputs were read")

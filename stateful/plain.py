@@ -47,14 +47,13 @@ def record_program(machine: type, target: Any, program: Sequence[str]) -> tuple[
     recorder = Recorder()
     namespace = {name: getattr(repro, name) for name in repro.__all__}
     groups = rule_groups(program, invariants_of(machine))
-    rules = {group[0]: n for n, group in enumerate(groups, 1)}
 
     def run(state: Any) -> None:
         note(f"state = {type(state).__name__}()")
         scope = dict(namespace, state=state)
-        for line in (x for group in groups for x in group):
-            if line in rules:
-                recorder.step = (rules[line], line)
+        for number, line in ((n, x) for n, group in enumerate(groups, 1) for x in group):
+            if line == groups[number - 1][0]:  # the rule's line (by position: a program may repeat one)
+                recorder.step = (number, line)
             try:
                 exec(line, scope)  # noqa: S102 - a line Hypothesis printed for this very machine
             finally:
