@@ -149,6 +149,7 @@ def _summary(report: CampaignReport, written: list[Path], interrupted: bool) -> 
              f"{report.programs} programs, {report.steps} steps ({rate:.1f} steps/s)"]
     lines += [f"FAILED {f['clause']}: {f['message'][:200]}" + (f"\n  repro: {f['repro']}" if f.get("repro") else
                                                                 "\n  (not shrunk: the budget ended first)")
+              + (f"\n  plain repro: {f['plain']}" if str(f.get("plain") or "").endswith(".py") else "")
               for f in report.failures]
     lines += [f"known  {k['clause']}: met {k['count']} times" for k in report.known]
     lines += [f"ERROR  {e.strip().splitlines()[-1]}" for e in report.errors]

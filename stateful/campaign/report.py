@@ -127,7 +127,9 @@ def markdown(report: CampaignReport) -> str:
                   f"found after {f.get('first_seen_s')} s in program {f.get('program')} of worker {f.get('worker')} "
                   f"({f.get('steps_found')} steps), {shrunk}; "
                   f"met again {report.repeats.get(f['clause'], 0)} times",
-                  "", f"repro: `{f['repro']}`" if f.get("repro") else "repro: none", "",
+                  "", f"repro: `{f['repro']}`" if f.get("repro") else "repro: none",
+                  *([f"plain repro: `{f['plain']}`" if str(f['plain']).endswith(".py") else
+                     f"plain repro: {f['plain']}"] if f.get("plain") else []), "",
                   "```", f.get("report") or f.get("message", ""), "```", ""]
     lines += ["## Known deviations", ""]
     lines += [f"- `{k['clause']}`: met {k['count']} times; {_why(report, k['clause'])}" for k in report.known] or ["None met."]

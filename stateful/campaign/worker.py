@@ -184,17 +184,32 @@ class Worker:
                 shrunk = shorter_failure(machine, failure, deadline=self.config.deadline)
             program = reported_program(shrunk)
             repro = None
+            plain = None
             if self.config.repro_dir and program and clause_of(shrunk):
                 repro = str(write_repro(Path(self.config.repro_dir), target.name, shrunk))
+                plain = self.plain_repro(machine, target, shrunk)
             claim = seen.info(self.run_dir / "seen", key)
             self.failures.append({
                 "clause": key, "message": first_line(shrunk), "first_seen_s": claim.get("first_seen_s"),
                 "steps_found": claim.get("steps_found"),
                 "steps_shrunk": len(rule_groups(program, invariants_of(machine))) if program else None,
-                "repro": repro, "shrunk_s": round(time.time() - self.config.started, 1),
+                "repro": repro, "plain": plain, "shrunk_s": round(time.time() - self.config.started, 1),
                 "report": _report(shrunk), "worker": self.index, "program": claim.get("program"),
             })
             self.save()
+
+
+    def plain_repro(self, machine: type, target: Any, failure: BaseException) -> str | None:
+        """The failure as a plain seed-style test too (sessions target only, while there is time):
+        its path, or why there is none."""
+        from stateful.plain import NoPlainForm, write_plain_repro
+
+        if target.name != "sessions" or time.time() >= self.config.deadline:
+            return None
+        try:
+            return str(write_plain_repro(Path(self.config.repro_dir or "."), machine, target, failure))
+        except NoPlainForm as why:
+            return f"none: {why}"
 
 
 def _leaves(raised: BaseException) -> list[BaseException]:
