@@ -34,13 +34,14 @@ from stateful.workers import processes
 T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parent.parent
-FAULTS = {"scrollback-bool": "read.scrollback-type", "cross-session": "scope.session",
-          "closed-still-listed": "list.registered"}
-"""Three quick faults of different clauses, met at different points of a program (a rule's own
-check, a second agent session, teardown), so that ignoring one does not hide another."""
-CONSEQUENCES = {"close.not-found"}
-"""What the same planted bugs also break: closed-still-listed never unregisters a closed pair, so a
-second close of it says "closed" (not not_found). Found or not, depending on the programs."""
+FAULTS = {"scrollback-bool": "read.scrollback-type", "resource-id-collision": "events.unique-ids",
+          "double-launch": "launch.already-running"}
+"""Three faults of different clauses, each met only by its own rule (a bad scrollback, a sibling
+name, launches in one reply), so that ignoring one does not hide another, and none breaks a second
+clause on its way (a fault met at every program's start, or one that breaks several clauses, such as
+cross-session, would make the outcome depend on which programs came first)."""
+CONSEQUENCES: set[str] = set()
+"""What the same planted bugs also break (nothing, for these three)."""
 STOP_GRACE = 10.0 + 5.0
 """driver.STOP_GRACE, then workers.GRACE: the most a campaign may run past its budget."""
 MAX_SHRUNK_STEPS = 8

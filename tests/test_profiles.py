@@ -1,4 +1,4 @@
-"""hypothesis.ini and its loading by stateful/conftest.py (profiles dev, ci, nightly, repro)."""
+"""hypothesis.ini and its loading by stateful/conftest.py (profiles dev, ci, nightly, repro, campaign)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def stateful_conftest() -> Iterator[object]:
 
 def test_every_profile_is_registered(stateful_conftest: object) -> None:
     configs = stateful_conftest.load_profiles()  # type: ignore[attr-defined]
-    assert set(configs) == {"dev", "ci", "nightly", "repro"}
+    assert set(configs) == {"dev", "ci", "nightly", "repro", "campaign"}
     for name in configs:
         profile = settings.get_profile(name)
         assert profile.deadline is None, name

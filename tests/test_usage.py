@@ -187,7 +187,7 @@ def test_dev_replay_without_a_file_says_so() -> None:
 # -- usage errors: one line, nothing run -----------------------------------------------------------
 
 @pytest.mark.parametrize(("args", "error"), [
-    (["--hypothesis-profile", "nosuch"], "unknown --hypothesis-profile 'nosuch'; known: ci, default, dev, nightly, repro"),
+    (["--hypothesis-profile", "nosuch"], "unknown --hypothesis-profile 'nosuch'; known: campaign, ci, default, dev, nightly, repro"),
     (["--server-url", "http://127.0.0.1:1"],
      "--server-url, --mock-llm-url and --runner-id go together (missing: --mock-llm-url, --runner-id)"),
     (["--target", "bogus"], "unknown --target 'bogus'; known: direct, sessions, all"),
@@ -202,7 +202,7 @@ def test_a_usage_error_is_one_line(tmp_path: Path, args: list[str], error: str) 
 def test_an_unknown_profile_through_dev_is_one_line() -> None:
     result = run([str(DEV), "machine", "--hypothesis-profile=nosuch"])
     assert result.returncode == 4 and "INTERNALERROR" not in result.stdout + result.stderr
-    assert said(result) == ["ERROR: unknown --hypothesis-profile 'nosuch'; known: ci, default, dev, nightly, repro"]
+    assert said(result) == ["ERROR: unknown --hypothesis-profile 'nosuch'; known: campaign, ci, default, dev, nightly, repro"]
 
 
 # -- a server that cannot be tested: one line with the URL, nothing run, nothing written -------------
