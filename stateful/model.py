@@ -662,7 +662,8 @@ def judge_step(model: SessionModel, calls: Sequence[Call], outputs: Sequence[str
             clause = explained.error.clause or "step.concurrent"
             first, *details = str(explained.error).split("\n")
             fail(clause, f"no sequential order of the {len(calls)} concurrent calls explains their outputs; "
-                         f"in the order issued: {first.removeprefix(clause + ': ')}", *details)
+                         f"the order that explains most of them breaks here: {first.removeprefix(clause + ': ')}",
+                 *details)
         for i, j in explained.items():
             found[i] = j
             m = j.model
@@ -674,7 +675,10 @@ def judge_step(model: SessionModel, calls: Sequence[Call], outputs: Sequence[str
 @dataclass(frozen=True)
 class _Unexplained:
     error: ContractViolation
-    """What the calls' issued order broke first."""
+    """Where the order that explains the most calls broke (the first such order, from the order
+    issued): the same bug gives the same clause whatever order the server answered in (two of three
+    concurrent launches saying ``launched`` break launch.already-running, never launch.one-launched
+    for an ``already_running`` that happened to come first)."""
 
 
 def _explain(model: SessionModel, group: list[int], calls: Sequence[Call],
@@ -685,7 +689,7 @@ def _explain(model: SessionModel, group: list[int], calls: Sequence[Call],
         orders: Any = [tuple(group)]  # too many to try: the order issued only
     else:
         orders = itertools.permutations(group)
-    first_error: ContractViolation | None = None
+    best: tuple[int, ContractViolation] | None = None
     for order in orders:
         m = model
         found: dict[int, Judgement] = {}
@@ -695,11 +699,12 @@ def _explain(model: SessionModel, group: list[int], calls: Sequence[Call],
                 found[i] = j
                 m = j.model
         except ContractViolation as exc:
-            first_error = first_error or exc
+            if best is None or len(found) > best[0]:
+                best = (len(found), exc)
             continue
         return found
-    assert first_error is not None
-    return _Unexplained(first_error)
+    assert best is not None
+    return _Unexplained(best[1])
 
 
 def addressed_pair(call: Call) -> tuple[str, str] | None:

@@ -373,3 +373,15 @@ def test_a_wrong_resource_id_is_a_violation() -> None:
         reconcile_events(m, Ledger(), [EventView("session.resource.created", "terminal_bash_a b", "bash", "a b")])
     with pytest.raises(ContractViolation):
         reconcile_events(m, Ledger(), [EventView("session.resource.created", "terminal_bash_a_b_1", "bash", "a b")])
+
+
+@pytest.mark.parametrize("statuses", [("launched", "launched", "already_running"),
+                                      ("already_running", "launched", "launched"),
+                                      ("launched", "already_running", "launched")])
+def test_concurrent_launches_that_both_say_launched_break_one_clause_in_any_answer_order(statuses: tuple[str, ...]) -> None:
+    """One bug, one clause: whichever of the three answers came first, two `launched` for one pair
+    is launch.already-running (what a campaign tells bugs apart by)."""
+    call = c("launch", terminal="bash", session="a")
+    with pytest.raises(ContractViolation) as failure:
+        judge_step(EMPTY, [call] * 3, [launched("bash", "a", "/s/a", s) for s in statuses])
+    assert failure.value.clause == "launch.already-running"
