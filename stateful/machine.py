@@ -26,7 +26,7 @@ from hypothesis import event, note
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from stateful import checks
+from stateful import checks, meter
 from stateful import strategies as gen
 from stateful.clauses import fail
 from stateful.model import (
@@ -353,7 +353,7 @@ class TerminalMachine(RuleBasedStateMachine):
                 if value is not None or time.monotonic() > deadline:
                     return value, polls
                 polls += 1
-                time.sleep(min(0.05 * polls, 0.5))
+                meter.sleep(min(0.05 * polls, 0.5), "eventually")
         finally:
             self._transcript.folding = False
             self._transcript.flush()

@@ -28,6 +28,8 @@ from typing import Any, Literal
 
 import openai
 
+from stateful import meter
+
 ToolRunner = Callable[[str, str], str]
 """Runs one tool call: ``(name, arguments JSON text) -> the tool's JSON string``."""
 
@@ -165,7 +167,8 @@ class OpenAIModel:
                 if response is None:
                     raise ModelError("bad_model_reply", "the model stream ended without response.completed")
             else:
-                response = self._client.responses.create(**arguments)
+                with meter.timed("server model call"):
+                    response = self._client.responses.create(**arguments)
         except openai.APIStatusError as exc:
             raise ModelError("model_error", f"model call failed with HTTP {exc.status_code}: {exc.message}") from None
         except openai.APITimeoutError:
@@ -200,7 +203,8 @@ def parse_reply(output: Sequence[Any]) -> ModelReply:
 
 def _run_tool(run_tool: ToolRunner, call: FunctionCall) -> str:
     try:
-        output = run_tool(call.name, call.arguments)
+        with meter.timed("server tool call"):
+            output = run_tool(call.name, call.arguments)
     except Exception as exc:  # a tool must answer with JSON, never take the turn down
         return json.dumps({"error": f"internal error in {call.name}: {exc}"})
     return output if isinstance(output, str) else json.dumps(output)

@@ -34,6 +34,7 @@ from stateful.e2e import (
     transport_failure,
     unique_name,
 )
+from stateful import meter
 from stateful.clauses import fail
 from stateful.model import EventView
 from stateful.reference.bundle import build_bundle
@@ -96,9 +97,10 @@ class GuardedTransport(httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         try:
-            response = self._inner.handle_request(request)
-            if response.status_code >= 500:
-                response.read()
+            kind = meter.http_kind(request.method, request.url.path)
+            with meter.timed(kind):
+                response = self._inner.handle_request(request)
+                meter.received(kind, len(response.read()))  # read anyway: here, within the timing
         except httpx.TransportError as exc:
             raise unreachable(request, exc) from None
         if response.status_code >= 500:
@@ -185,7 +187,8 @@ class HttpSession(AgentSession):
         responses.append({"text": f"turn {tag} done"})
         client = self._t.client
         try:
-            configure_mock_llm(self._t.mock_llm_url, responses, key=self._model)
+            with meter.timed("mock configure"):
+                configure_mock_llm(self._t.mock_llm_url, responses, key=self._model)
         except httpx.HTTPStatusError as exc:  # the mock LLM's own client is not guarded
             if exc.response.status_code >= 500:
                 raise ServerError(exc.request.method, str(exc.request.url), exc.response.status_code,
