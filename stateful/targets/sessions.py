@@ -5,10 +5,12 @@ queue key, two declared terminals), binds the session to the runner, and runs a 
 its queue with one ``tool_calls`` reply per step plus a final text reply, posting a user message and
 polling the snapshot until the turn ends. Outputs are read from ``/items`` by ``call_id``.
 
-Items are fetched incrementally with small, varying page sizes (``after=last_id`` while
-``has_more``) and compared with a single large page: pagination must be exact (§2.7), and a gap would
-otherwise show up as a missing tool output far from its cause. Resource events are the session's
-``resource_event`` items.
+Items are fetched after the last one held, in pages of 1000 (usually one request per turn).
+Pagination must be exact (§2.7), and a gap would otherwise show up as a missing tool output far from
+its cause: every item is walked once more in small, varying page sizes (``after=last_id`` while
+``has_more``) and compared with what the large pages gave, on the session's first turn, then every
+``PAGE_CHECK_EVERY`` turns over all the items recorded since the last walk, and before its DELETE for
+the rest. Resource events are the session's ``resource_event`` items.
 """
 
 from __future__ import annotations
@@ -51,6 +53,9 @@ SH_TERMINAL = {"command": "bash", "args": ["--norc", "--noprofile"],
 """The second declared terminal: bash without rc files (the first, ``bash``, reads them)."""
 PAGE_SIZES = (7, 2, 1000, 3, 1)
 """Page sizes cycled by the incremental item fetch (small ones make many pages)."""
+PAGE_CHECK_EVERY = 4
+"""Turns between two walks of the items in small pages (every item is walked once; a walk costs about
+three requests however many items it covers, so batching turns saves round trips)."""
 PROGRESS_EVERY = 2.0
 """Seconds between checks of a running turn's progress (which steps have all their outputs)."""
 
@@ -126,6 +131,11 @@ class HttpSession(AgentSession):
         self._turns = itertools.count(1)
         self._items: list[dict[str, Any]] = []
         self._pages = itertools.cycle(PAGE_SIZES)
+        self._walked = 0
+        """How many of ``_items`` the small-page walk has covered (see ``_check_pages``)."""
+        self._turns_unwalked = 0
+        self._fresh = False
+        """The items were fetched after the last turn ended and nothing has read them since."""
 
     # -- items ------------------------------------------------------------------------------------
     def _get(self, path: str, **params: Any) -> Any:
@@ -136,20 +146,24 @@ class HttpSession(AgentSession):
         return reply.json()
 
     def _fetch_new(self) -> None:
-        """Follow small pages after the last item seen; then check the new items against large pages
-        (1000) after the same item: pagination must be exact (§2.7) at any size of the session."""
+        """Fetch the items after the last one held, in pages of 1000 (usually one request)."""
         path = f"/v1/sessions/{self.session_id}/items"
-        start = self._items[-1]["id"] if self._items else None
-        new = self._walk(path, start, self._pages)
-        self._items.extend(new)
-        whole = self._walk(path, start, itertools.repeat(1000))
-        paged, listed = [i.get("id") for i in new], [i.get("id") for i in whole]
-        if listed[: len(paged)] != paged:  # items recorded meanwhile (an exit's event) may follow
-            lost = [i for i in listed[: len(paged) + 1] if i not in paged]
+        self._items.extend(self._walk(path, self._items[-1]["id"] if self._items else None, itertools.repeat(1000)))
+
+    def _check_pages(self) -> None:
+        """Walk every item after the last one walked in small pages, and compare them with what
+        the pages of 1000 gave: pagination must be exact (§2.7) at any size of the session."""
+        path = f"/v1/sessions/{self.session_id}/items"
+        start = self._items[self._walked - 1]["id"] if self._walked else None
+        listed = [i.get("id") for i in self._items[self._walked:]]
+        paged = [i.get("id") for i in self._walk(path, start, self._pages)]
+        self._walked, self._turns_unwalked = len(self._items), 0
+        if paged[: len(listed)] != listed:  # items recorded meanwhile (an exit's event) may follow
+            lost = [i for i in listed if i not in paged]
             dup = len(paged) - len(set(paged))
             fail("items.pagination",
                  "items pagination is not exact (following after=last_id while has_more must yield every "
-                 f"item once, in order): {len(paged)} new items in small pages vs {len(listed)} in pages of 1000; "
+                 f"item once, in order): {len(paged)} items in small pages vs {len(listed)} in pages of 1000; "
                  f"first lost: {lost[:3]}, duplicates: {dup}")
 
     def _walk(self, path: str, after: str | None, sizes: Iterator[int]) -> list[dict[str, Any]]:
@@ -206,6 +220,10 @@ class HttpSession(AgentSession):
             fail("api.status", refused)
         outcome = self._await_turn(steps, ids, response_id, step_timeout)
         self._fetch_new()
+        self._fresh = True
+        self._turns_unwalked += 1
+        if self._walked == 0 or self._turns_unwalked >= PAGE_CHECK_EVERY:
+            self._check_pages()
         outputs: dict[str, list[str]] = {}
         calls: dict[str, list[str]] = {}
         arguments: dict[str, Any] = {}
@@ -285,7 +303,9 @@ class HttpSession(AgentSession):
         return StepTimeout(pending, calls, timeout, self._t.where, detail=f"session {self.session_id}: {detail}"[:2000])
 
     def events(self) -> list[EventView]:
-        self._fetch_new()
+        if not self._fresh:  # right after a turn, the items fetched at its end are this moment's
+            self._fetch_new()
+        self._fresh = False
         views = []
         for item in self._items:
             if item.get("type") != "resource_event":
@@ -305,6 +325,8 @@ class HttpSession(AgentSession):
         return data
 
     def delete(self) -> None:
+        if self._walked < len(self._items):  # the last turns' items, walked in small pages too
+            self._check_pages()
         reply = self._t.client.delete(f"/v1/sessions/{self.session_id}")
         if reply.status_code not in (200, 202, 204):  # (a 5xx is a ServerError, raised by the transport)
             fail("api.status", f"DELETE session {self.session_id}: HTTP {reply.status_code} {reply.text[:300]}")
