@@ -3,9 +3,16 @@
 Each agent session registers its own agent (a unique name, its own model name = its own mock-LLM
 queue key, two declared terminals), binds the session to the runner, and runs a turn by configuring
 its queue with one ``tool_calls`` reply per step plus a final text reply, posting a user message and
-polling the snapshot until the turn ends. Outputs are read from ``/items`` by ``call_id``.
+waiting until the turn ends. Outputs are read from ``/items`` by ``call_id``.
 
-Items are fetched after the last one held, in pages of 1000 (usually one request per turn).
+Waiting for a turn costs round trips, which is what a slow server makes expensive (docs/benchmarks.md,
+the ``machine`` section). While a turn runs, the target polls ``/items`` after the last item it holds
+(one page, only the new items: the snapshot carries the whole history, ~150 kB per poll late in a
+program), keeps what it gets (items are records: each is fetched once) and reads the snapshot, whose
+status says how the turn ended (§2.6), once the turn's final text reply is among them (and every
+``SNAPSHOT_EVERY`` seconds before that, for a turn that fails without a reply). Polls are spaced from
+start to start, from 2 ms up to 50 ms, so a slow answer is not followed by a sleep as well.
+
 Pagination must be exact (§2.7), and a gap would otherwise show up as a missing tool output far from
 its cause: every item is walked once more in small, varying page sizes (``after=last_id`` while
 ``has_more``) and compared with what the large pages gave, on the session's first turn, then every
@@ -28,12 +35,13 @@ from stateful.e2e import (
     HARNESS,
     HEADERS,
     TurnTimeout,
+    _role,
     agent_spec_yaml,
     await_runner_online,
     configure_mock_llm,
-    poll_session_until_terminal,
     send_user_message_to_session,
     transport_failure,
+    turn_outcome,
     unique_name,
 )
 from stateful import meter
@@ -56,8 +64,10 @@ PAGE_SIZES = (7, 2, 1000, 3, 1)
 PAGE_CHECK_EVERY = 4
 """Turns between two walks of the items in small pages (every item is walked once; a walk costs about
 three requests however many items it covers, so batching turns saves round trips)."""
-PROGRESS_EVERY = 2.0
-"""Seconds between checks of a running turn's progress (which steps have all their outputs)."""
+SNAPSHOT_EVERY = 0.5
+"""Seconds between snapshots of a running turn whose final reply has not shown in its items."""
+POLL_FIRST, POLL_MAX = 0.002, 0.01
+"""Interval between two polls of a running turn (start to start): doubling from the first to the max."""
 
 
 _NOT_JSON = object()
@@ -219,7 +229,6 @@ class HttpSession(AgentSession):
         if refused:  # raised out here: a violation never carries another exception as its context
             fail("api.status", refused)
         outcome = self._await_turn(steps, ids, response_id, step_timeout)
-        self._fetch_new()
         self._fresh = True
         self._turns_unwalked += 1
         if self._walked == 0 or self._turns_unwalked >= PAGE_CHECK_EVERY:
@@ -257,33 +266,40 @@ class HttpSession(AgentSession):
 
     def _await_turn(self, steps: Sequence[Step], ids: list[list[str]], response_id: str,
                     step_timeout: float) -> dict[str, Any]:
-        """Poll until the turn ends; the timeout is per step: each step that finishes (all of its
-        calls have outputs) gives the next one ``step_timeout`` seconds, and a step that does not
-        finish within that time is reported as a hang."""
+        """Poll the new items until the turn's final reply is among them, then the snapshot for how
+        the turn ended (see the module's doc). The timeout is per step: each step that finishes (all
+        of its calls have outputs) gives the next one ``step_timeout`` seconds, and a step that does
+        not finish within that time is reported as a hang."""
+        began = len(self._items)
         finished, deadline = 0, time.monotonic() + step_timeout
+        interval, snapshot_at, last = POLL_FIRST, time.monotonic() + SNAPSHOT_EVERY, "no snapshot yet"
         while True:
-            window = max(0.05, min(PROGRESS_EVERY, deadline - time.monotonic()))
-            try:
-                return poll_session_until_terminal(self._t.client, session_id=self.session_id,
-                                                   response_id=response_id, timeout=window)
-            except TurnTimeout as exc:
-                last = str(exc)
-            now_finished = self._steps_finished(ids)
+            polled = time.monotonic()
+            self._fetch_new()
+            replied = any(i.get("type") == "message" and _role(i) == "assistant" for i in self._items[began:])
+            if replied or time.monotonic() >= snapshot_at:
+                outcome, last = self._outcome(response_id)
+                if outcome is not None:
+                    if not replied:  # it ended between the items' answer and the snapshot's: the rest of its items
+                        self._fetch_new()
+                    return outcome
+                snapshot_at = time.monotonic() + SNAPSHOT_EVERY
+            have = {i.get("call_id") for i in self._items if i.get("type") == "function_call_output"}
+            now_finished = _steps_done(ids, have)
             if now_finished > finished:
                 finished, deadline = now_finished, time.monotonic() + step_timeout
             elif time.monotonic() >= deadline:
-                raise self._hang(steps, ids, step_timeout, last)
+                raise self._hang(steps, ids, step_timeout, f"timed out waiting for turn {response_id} to end; {last}")
+            meter.sleep(max(0.0, interval - (time.monotonic() - polled)), "turn-end poll")
+            interval = min(2 * interval, POLL_MAX)
 
-    def _steps_finished(self, ids: list[list[str]]) -> int:
-        """How many leading steps of the running turn have every output (one peek, items not kept)."""
-        params: dict[str, Any] = {"order": "asc", "limit": 1000}
-        if self._items:
-            params["after"] = self._items[-1]["id"]
-        page = self._get(f"/v1/sessions/{self.session_id}/items", **params)
-        data = page.get("data") if isinstance(page, Mapping) else None
-        have = {i.get("call_id") for i in [*self._items, *(data if isinstance(data, list) else [])]
-                if isinstance(i, Mapping) and i.get("type") == "function_call_output"}
-        return _steps_done(ids, have)
+    def _outcome(self, response_id: str) -> tuple[dict[str, Any] | None, str]:
+        """How the turn ended as the snapshot shows it (§2.6; None while it runs), and what it said."""
+        snapshot = self._get(f"/v1/sessions/{self.session_id}")
+        if not isinstance(snapshot, Mapping):
+            fail("api.status", f"GET /v1/sessions/{self.session_id}: not a JSON object: {snapshot!r}"[:800])
+        outcome = turn_outcome(snapshot, response_id)
+        return outcome, f"last status seen: {snapshot.get('status')!r}"
 
     def _hang(self, steps: Sequence[Step], ids: list[list[str]], timeout: float, detail: str) -> StepTimeout:
         """Which step hangs (the first with a call lacking its output), and stop the turn."""
