@@ -349,11 +349,12 @@ class TerminalMachine(RuleBasedStateMachine):
         self._transcript.folding = True
         try:
             while True:
+                began = time.monotonic()
                 value = probe()
                 if value is not None or time.monotonic() > deadline:
                     return value, polls
-                polls += 1
-                meter.sleep(min(0.05 * polls, 0.5), "eventually")
+                polls += 1  # the interval runs from start to start: a slow probe is not followed by a sleep too
+                meter.sleep(max(0.0, min(0.05 * polls, 0.5) - (time.monotonic() - began)), "eventually")
         finally:
             self._transcript.folding = False
             self._transcript.flush()
