@@ -7,11 +7,12 @@ waiting until the turn ends. Outputs are read from ``/items`` by ``call_id``.
 
 Waiting for a turn costs round trips, which is what a slow server makes expensive (docs/benchmarks.md,
 the ``machine`` section). While a turn runs, the target polls ``/items`` after the last item it holds
-(one page, only the new items: the snapshot carries the whole history, ~150 kB per poll late in a
-program), keeps what it gets (items are records: each is fetched once) and reads the snapshot, whose
-status says how the turn ended (§2.6), once the turn's final text reply is among them (and every
-``SNAPSHOT_EVERY`` seconds before that, for a turn that fails without a reply). Polls are spaced from
-start to start, from 2 ms up to 50 ms, so a slow answer is not followed by a sleep as well.
+(one page, only the new items: the snapshot carries the whole history, 100-600 kB per poll late in a
+ci program), keeps what it gets (items are records: each is fetched once) and reads the snapshot,
+whose status says how the turn ended (§2.6), once the turn's final text reply is among them (and every
+``SNAPSHOT_EVERY`` seconds before that, for a turn that fails without a reply; if that snapshot says
+it ended, the items are fetched once more). Polls are spaced from start to start, from 2 ms up to
+10 ms, so a slow answer is not followed by a sleep as well.
 
 Pagination must be exact (§2.7), and a gap would otherwise show up as a missing tool output far from
 its cause: every item is walked once more in small, varying page sizes (``after=last_id`` while
