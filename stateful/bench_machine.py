@@ -104,6 +104,10 @@ def run_programs(kind: str, latency: float, programs: int, label: str) -> Run:
                 run_state_machine_as_test(BenchMachine, settings=hypothesis_settings)
             except BaseException as exc:  # a finding is reported, not a crash of the benchmark
                 failure = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+                inner = [exc, *getattr(exc, "exceptions", ())]
+                print(f"# machine: {label} failed:\n" + "\n---\n".join(
+                    "\n".join([f"{type(e).__name__}: {e}", *map(str, getattr(e, "__notes__", ()))])[:6000]
+                    for e in inner), flush=True)
             wall, cpu = time.perf_counter() - started, time.thread_time() - cpu
     return Run(label, wall, cpu, counted["rules"], counted["turns"], counted["programs"], totals, failure)
 
@@ -144,6 +148,9 @@ def render(runs: list[Run]) -> str:
     for kind in sorted({k for r in runs for k in r.totals.received}):
         lines.append(f"{'  kB received, ' + kind.removeprefix('http '):<36}" + "".join(
             f"{r.totals.received.get(kind, 0) / 1000 / max(r.turns, 1):>22.1f}" for r in runs))
+    for kind in sorted({k for r in runs for k in r.totals.seconds if k.startswith("server")}):
+        lines.append(f"{'  ms per turn, ' + kind:<36}" + "".join(
+            f"{r.totals.seconds.get(kind, 0.0) * 1000 / max(r.turns, 1):>22.1f}" for r in runs))
     lines.append(f"{'  http requests (all)':<36}" + "".join(
         f"{sum(c for k, c in r.totals.counts.items() if k.startswith('http')) / max(r.turns, 1):>22.2f}" for r in runs))
     lines.append(f"{'ms per step':<36}" + "".join(f"{r.wall / max(r.rules, 1) * 1000:>22.0f}" for r in runs))

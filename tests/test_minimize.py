@@ -8,7 +8,7 @@ import pytest
 
 from stateful.clauses import clause_of
 from stateful.machine import MachineConfig, TerminalMachine
-from stateful.minimize import drop_steps, invariants_of, replay_program, rule_groups, shorter_failure
+from stateful.minimize import drop_steps, invariants_of, replay_program, reproduced, rule_groups, shorter_failure
 from stateful.reference import faults
 from stateful.repro import reported_program
 
@@ -90,3 +90,24 @@ def test_shorter_failure_drops_the_steps_the_failure_does_not_need(faulty_direct
     steps = [line for line in reported_program(shorter) if "live_pairs" not in line]
     assert steps == [program[0], program[1], program[5], program[9], "state.teardown()"]
     assert any("2 of the 5 steps" in str(note) for note in shorter.__notes__)
+
+
+def test_reproduced_replays_a_race_that_hypothesis_final_replay_missed(
+        faulty_direct_machine: type[TerminalMachine]) -> None:
+    """A FlakyFailure (Hypothesis's final replay of the shrunk program passed) holds the program in
+    its notes and the first failure among its exceptions: the program is replayed until it breaks
+    that clause again, and that failure comes back (a race shows when the timing lets it)."""
+    from hypothesis.errors import FlakyFailure
+
+    program = [line.replace("SomeMachine", "MinimizeMachine") for line in PROGRAM]
+    first = replay_program(faulty_direct_machine, program)
+    assert first is not None
+    flaky = FlakyFailure("Failed on the first call but did not on a subsequent one", [first])
+    for line in program:
+        flaky.add_note(line)
+    again = reproduced(faulty_direct_machine, flaky, tries=2)
+    assert clause_of(again) == "read.scrollback-type" and again is not first
+    assert any("final replay of this program passed" in str(note) for note in again.__notes__)
+    other = FlakyFailure("flaky", [AssertionError("not a contract violation")])
+    assert reproduced(faulty_direct_machine, other) is other  # nothing to replay for: returned as it was
+    assert reproduced(faulty_direct_machine, first) is first  # not flaky: untouched

@@ -29,6 +29,7 @@ from typing import Any, Literal
 import openai
 
 from stateful import meter
+from stateful.reference import faults
 
 ToolRunner = Callable[[str, str], str]
 """Runs one tool call: ``(name, arguments JSON text) -> the tool's JSON string``."""
@@ -215,9 +216,13 @@ def run_tool_calls(run_tool: ToolRunner, calls: Sequence[FunctionCall]) -> list[
     if len(calls) == 1:
         return [_run_tool(run_tool, calls[0])]
     outputs: list[str] = [""] * len(calls)
+    completed: list[str] = []
+    lock = threading.Lock()
 
     def work(index: int) -> None:
         outputs[index] = _run_tool(run_tool, calls[index])
+        with lock:
+            completed.append(outputs[index])
 
     threads = [
         threading.Thread(target=work, args=(i,), name=f"tool-{call.name}", daemon=True)
@@ -227,6 +232,11 @@ def run_tool_calls(run_tool: ToolRunner, calls: Sequence[FunctionCall]) -> list[
         thread.start()
     for thread in threads:
         thread.join()
+    if faults.enabled("outputs-completion-order"):
+        # Planted fault: the outputs gathered as the calls completed (as ``as_completed`` hands them
+        # out) and then paired with the call ids by position, so a fast call's output lands on a
+        # slower call issued before it.
+        return completed
     return outputs
 
 

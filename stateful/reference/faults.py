@@ -32,6 +32,7 @@ FAULTS: dict[str, str] = {
     "read-history-short": "a read with history shows one history line fewer than it should",
     "scrollback-capped": "a read with a scrollback over 1000 shows no history at all",
     "view-keeps-closed": "/resources/terminals keeps showing a terminal after it was closed",
+    "outputs-completion-order": "the outputs of concurrent calls are paired with call ids in the order they completed",
 }
 
 
