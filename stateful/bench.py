@@ -161,10 +161,19 @@ def http(options: argparse.Namespace) -> list[Row]:
     return section(options)
 
 
+def machine(options: argparse.Namespace) -> list[Row]:
+    """The state machine on fixed programs, per target (``stateful/bench_machine.py``)."""
+    from stateful.bench_machine import section
+
+    section(options)
+    return []
+
+
 SECTIONS: dict[str, Section] = {
     "floor": floor,
     "tools": tools,
     "http": http,
+    "machine": machine,
 }
 """Sections in run order. Add one (e.g. ``"http"``) as a function returning rows."""
 
@@ -190,6 +199,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help=f"comma-separated sections: {', '.join(SECTIONS)}")
     parser.add_argument("--calls", type=int, default=200, help="calls per measured operation (default 200)")
     parser.add_argument("--launches", type=int, default=20, help="terminals launched and closed (default 20)")
+    parser.add_argument("--programs", type=int, default=10,
+                        help="machine: how many of the ci profile's programs (default 10; the ci set is 60)")
+    parser.add_argument("--latency-ms", type=float, default=40.0,
+                        help="machine: the slow server's added latency per response (default 40)")
+    parser.add_argument("--machine-targets", default="direct,sessions,latency",
+                        help="machine: which runs, in order (default direct,sessions,latency)")
     options = parser.parse_args(argv)
     chosen = [s.strip() for s in options.only.split(",") if s.strip()] or list(SECTIONS)
     unknown = [s for s in chosen if s not in SECTIONS]

@@ -29,6 +29,7 @@ import httpx
 import pytest
 import yaml
 
+from stateful import meter
 from stateful.reference.bundle import build_bundle
 
 ORIGIN = "omnigent://internal"
@@ -156,7 +157,7 @@ def _poll(what: str, probe: Any, timeout: float) -> Any:
             return last
         if time.monotonic() >= deadline:
             raise TurnTimeout(f"timed out after {timeout} s waiting for {what}; last seen: {last!r}"[:4000])
-        time.sleep(interval)
+        meter.sleep(interval, "turn-end poll")
         interval = min(interval * 2, POLL_INTERVAL)
 
 

@@ -30,7 +30,7 @@ from stateful import driving
 from stateful import strategies as gen
 from stateful.after_turn import await_gone, check_private_servers, check_view, run_turn
 from stateful.clauses import fail
-from stateful.model import Call, Judgement, Life, PairState, UnsupportedServer, initial_model
+from stateful.model import Call, ContractViolation, Judgement, Life, PairState, UnsupportedServer, initial_model
 from stateful.targets.base import Target, TargetError
 from stateful.world import (
     CLOSE,
@@ -542,15 +542,24 @@ class TerminalMachine(RuleBasedStateMachine):
         """Only cleans up: DELETE every open agent session (bulk closes and DELETE are checked by
         the ``close_all`` and ``delete_agent`` rules, like any other step, and shrink like them).
 
-        A server that fails the DELETE after a program that passed is reported as a failure of
-        the target (never a repro); after a failed rule nothing but that rule's failure is reported."""
+        After a program that passed, a violation found by a check the target runs before a DELETE
+        (the sessions target's last walk of the items' pages) is reported, and a server that fails
+        the DELETE is a failure of the target (never a repro); after a failed rule nothing but that
+        rule's failure is reported."""
         event(f"program: {self.rules_run // 10 * 10}+ rules")
         errors, target_failed = [], False
+        violation: ContractViolation | None = None
         for a in self.live:
             try:
                 a.session.delete()
+            except ContractViolation as exc:  # a check the target runs before a DELETE (the items' pages)
+                violation = violation or exc
             except Exception as exc:  # keep cleaning the others
                 errors.append(f"deleting agent {a.index}: {exc}")
                 target_failed = target_failed or isinstance(exc, TargetError)
-        if target_failed and not self.world.busy:
+        if self.world.busy:
+            return
+        if violation is not None:
+            raise violation
+        if target_failed:
             raise TargetError("; ".join(errors))

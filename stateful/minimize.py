@@ -18,13 +18,17 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, example, given, note, settings
+from hypothesis.errors import FlakyFailure
 from hypothesis import strategies as st
 from hypothesis.stateful import INVARIANT_MARKER, RULE_MARKER
 
 from stateful import repro
 from stateful.clauses import clause_of
 
-__all__ = ["PreconditionUnmet", "drop_steps", "invariants_of", "replay_program", "rule_groups", "run_once", "shorter_failure"]
+__all__ = ["PreconditionUnmet", "drop_steps", "invariants_of", "replay_program", "reproduced", "rule_groups", "run_once", "shorter_failure"]
+
+REPRODUCE_TRIES = 10
+"""Replays of a program whose failure Hypothesis's final replay did not reproduce (see :func:`reproduced`)."""
 
 _DEFINES = re.compile(r"^([\w, ]+) = state\.")
 _RULE = re.compile(r"^(?:[\w, ]+ = )?state\.(\w+)\(")
@@ -179,3 +183,26 @@ def shorter_failure(machine: type, failure: BaseException, max_replays: int | No
     found[0].add_note(f"stateful: {dropped} of the {len(groups)} steps Hypothesis's shrinking left were dropped "
                       "(each replayed without it, failing the same way)")
     return found[0]
+
+
+def reproduced(machine: type, failure: BaseException, tries: int = REPRODUCE_TRIES) -> BaseException:
+    """The failure of a replay of ``failure``'s program, where ``failure`` is Hypothesis's
+    ``FlakyFailure``: its final replay of the shrunk program did not fail again. A race fails only
+    when the timing lets it (two concurrent calls that finish in either order: a server that pairs
+    outputs with calls in completion order gets them right half of the time), so the program is
+    replayed on ``machine`` (bound to the target that failed) up to ``tries`` more times; the first
+    replay that breaks a clause the program broke before is returned, with a note saying how many
+    replays it took. Anything else, or no such replay, is returned as it was."""
+    if not isinstance(failure, FlakyFailure):
+        return failure
+    clauses = {clause_of(e) for e in failure.exceptions} - {None}
+    program = repro.reported_program(failure)
+    if not clauses or not program:
+        return failure
+    for attempt in range(1, tries + 1):
+        replayed = replay_program(machine, program)
+        if replayed is not None and clause_of(replayed) in clauses:
+            replayed.add_note(f"stateful: Hypothesis's final replay of this program passed; replay {attempt} after it "
+                              "failed again (a race: it fails when the timing lets it)")
+            return replayed
+    return failure

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 from hypothesis import settings
+from hypothesis.errors import FlakyFailure
 from hypothesis.stateful import run_state_machine_as_test
 
 from stateful.machine import MachineConfig, TerminalMachine
-from stateful.minimize import shorter_failure
+from stateful.minimize import reproduced, shorter_failure
 from stateful.plain import DEFAULT_CONFTEST, NoPlainForm, write_plain_repro
 from stateful.repro import reported_program, write_repro
 from stateful.shrinking import shrink_budget
@@ -39,8 +40,14 @@ def _run(machine: type[TerminalMachine], target: Target, config: MachineConfig, 
     not the contract. Anything else (an error of the tester itself) propagates with its traceback."""
     machine.bind(target, config)
     try:
-        with shrink_budget(shrink_seconds):
-            run_state_machine_as_test(machine, settings=settings())
+        try:
+            with shrink_budget(shrink_seconds):
+                run_state_machine_as_test(machine, settings=settings())
+        except FlakyFailure as flaky:  # Hypothesis's final replay passed: a race, replayed until it fails again
+            again = reproduced(machine, flaky)
+            if again is flaky:
+                raise
+            raise again from None
     except TargetError as failure:
         report = failure_report(failure, NOT_WRITTEN)  # failed below, outside the handler: no chained report
     except AssertionError as caught:

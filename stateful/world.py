@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from hypothesis import event, note
 
+from stateful import meter
 from stateful import strategies as gen
 from stateful.model import Call, Ledger, SessionModel, pair_name
 from stateful.targets.base import AgentSession, Target
@@ -198,7 +199,7 @@ class World:
                    within: float | None = None) -> tuple[T | None, int]:
         """Call ``probe`` until it gives a value (not None) or ``within`` seconds (default: the poll
         deadline) pass; return the value (None on time-out) and how many more attempts the first
-        one took. The pauses grow from 50 ms to 500 ms: quick where the answer is quick, and the
+        one took. The pauses grow from 50 ms to 500 ms, start to start: quick where the answer is quick, and the
         deadline, not the pause, bounds the wait. Turns run by the probe that show nothing new are
         folded into one line of the report; ``what`` names the wait in the run's statistics."""
         deadline = time.monotonic() + (self.cfg.poll_deadline if within is None else within)
@@ -206,11 +207,12 @@ class World:
         self.transcript.folding = True
         try:
             while True:
+                began = time.monotonic()
                 value = probe()
                 if value is not None or time.monotonic() > deadline:
                     break
-                polls += 1
-                time.sleep(min(0.05 * polls, 0.5))
+                polls += 1  # the interval runs from start to start: a slow probe is not followed by a sleep too
+                meter.sleep(max(0.0, min(0.05 * polls, 0.5) - (time.monotonic() - began)), "eventually")
         finally:
             self.transcript.folding = False
             self.transcript.flush()

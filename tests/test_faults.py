@@ -61,7 +61,7 @@ from stateful import workers
 from stateful.clauses import CLAUSES, clause_of
 from stateful.machine import MachineConfig, TerminalMachine
 from stateful.reference import faults
-from stateful.minimize import shorter_failure
+from stateful.minimize import reproduced, shorter_failure
 from stateful.plain import NoPlainForm, write_plain_repro
 from stateful.replay import run_repro
 from stateful.repro import reported_program
@@ -192,8 +192,9 @@ def hunt(kind: str, names: tuple[str, ...] = (), hypothesis_settings: settings =
                     run_state_machine_as_test(FaultHunt, settings=hypothesis_settings)
                 except Exception as exc:  # judged by the test
                     error = exc
-                if error is not None:  # with the fault still on: the steps Hypothesis left, dropped if they can be
-                    error = shorter_failure(FaultHunt, error)
+                if error is not None:  # with the fault still on: a race replayed until it shows again (if
+                    # Hypothesis's final replay missed it), then the steps Hypothesis left, dropped if they can be
+                    error = shorter_failure(FaultHunt, reproduced(FaultHunt, error))
                 if error is not None and plain_dir is not None and kind == "sessions" and clause_of(error):
                     try:
                         result.plain = str(write_plain_repro(plain_dir, FaultHunt, target, error))
@@ -232,9 +233,19 @@ class Plant:
     shrinks: int = SHRINKS
     """Successful shrinks of Hypothesis's (fewer where every replay waits on an exit: the pass after
     it, ``stateful.minimize``, drops the steps left)."""
+    says: str = ""
+    """Words the failure's message must hold, where the clause alone does not tell the finding (a race
+    that pairs outputs with the wrong calls breaks the clause of whichever call got another's output)."""
 
+
+SWAPPED_OUTPUT_CLAUSES = ("step.concurrent", "close.closed", "close.not-found", "list.result", "read.result",
+                          "launch.result", "launch.already-running", "launch.one-launched", "send.sent")
+"""What a concurrent call's output that went to another call of the same reply breaks: the clause of
+the call it landed on (a list's array on a close, a close's names on another close, ...)."""
 
 PLANTS = [  # slowest hunts first (they start first)
+    Plant("outputs-completion-order", "sessions", SWAPPED_OUTPUT_CLAUSES, shrinks=15,
+          says="no sequential order of the"),
     Plant("close-leaks-server", "direct", ("close.nothing-left",)),
     Plant("close-event-lost", "direct", ("events.recorded",)),
     Plant("trailing-semicolon", "direct", ("send.text-literal",)),
@@ -371,6 +382,7 @@ def test_machine_finds_fault(plant: Plant, hunter: Hunter, record_property: Any)
     assert result.assertion, f"{plant.fault}: the failure is not a contract check's:\n{shown}\n{log}"
     assert result.clause in plant.clauses, (
         f"{plant.fault}: the failure names clause {result.clause!r}, not the broken one {plant.clauses}:\n{shown}")
+    assert plant.says in result.message, f"{plant.fault}: the failure does not say {plant.says!r}:\n{shown}"
     assert 1 <= len(result.steps) <= plant.max_steps, (
         f"{plant.fault}: the shrunk program has {len(result.steps)} steps (at most {plant.max_steps}):\n{shown}")
 

@@ -13,6 +13,7 @@ from stateful.minimize import (
     drop_steps,
     invariants_of,
     replay_program,
+    reproduced,
     rule_groups,
     shorter_failure,
 )
@@ -110,3 +111,24 @@ def test_a_replay_never_runs_a_step_whose_precondition_fails(faulty_direct_machi
     refused = replay_program(faulty_direct_machine, without)
     assert isinstance(refused, PreconditionUnmet)
     assert "delete_agent" in str(refused)
+
+
+def test_reproduced_replays_a_race_that_hypothesis_final_replay_missed(
+        faulty_direct_machine: type[TerminalMachine]) -> None:
+    """A FlakyFailure (Hypothesis's final replay of the shrunk program passed) holds the program in
+    its notes and the first failure among its exceptions: the program is replayed until it breaks
+    that clause again, and that failure comes back (a race shows when the timing lets it)."""
+    from hypothesis.errors import FlakyFailure
+
+    program = [line.replace("SomeMachine", "MinimizeMachine") for line in PROGRAM]
+    first = replay_program(faulty_direct_machine, program)
+    assert first is not None
+    flaky = FlakyFailure("Failed on the first call but did not on a subsequent one", [first])
+    for line in program:
+        flaky.add_note(line)
+    again = reproduced(faulty_direct_machine, flaky, tries=2)
+    assert clause_of(again) == "read.scrollback-type" and again is not first
+    assert any("final replay of this program passed" in str(note) for note in again.__notes__)
+    other = FlakyFailure("flaky", [AssertionError("not a contract violation")])
+    assert reproduced(faulty_direct_machine, other) is other  # nothing to replay for: returned as it was
+    assert reproduced(faulty_direct_machine, first) is first  # not flaky: untouched

@@ -28,6 +28,9 @@ from typing import Any, Literal
 
 import openai
 
+from stateful import meter
+from stateful.reference import faults
+
 ToolRunner = Callable[[str, str], str]
 """Runs one tool call: ``(name, arguments JSON text) -> the tool's JSON string``."""
 
@@ -165,7 +168,8 @@ class OpenAIModel:
                 if response is None:
                     raise ModelError("bad_model_reply", "the model stream ended without response.completed")
             else:
-                response = self._client.responses.create(**arguments)
+                with meter.timed("server model call"):
+                    response = self._client.responses.create(**arguments)
         except openai.APIStatusError as exc:
             raise ModelError("model_error", f"model call failed with HTTP {exc.status_code}: {exc.message}") from None
         except openai.APITimeoutError:
@@ -200,7 +204,8 @@ def parse_reply(output: Sequence[Any]) -> ModelReply:
 
 def _run_tool(run_tool: ToolRunner, call: FunctionCall) -> str:
     try:
-        output = run_tool(call.name, call.arguments)
+        with meter.timed("server tool call"):
+            output = run_tool(call.name, call.arguments)
     except Exception as exc:  # a tool must answer with JSON, never take the turn down
         return json.dumps({"error": f"internal error in {call.name}: {exc}"})
     return output if isinstance(output, str) else json.dumps(output)
@@ -211,9 +216,13 @@ def run_tool_calls(run_tool: ToolRunner, calls: Sequence[FunctionCall]) -> list[
     if len(calls) == 1:
         return [_run_tool(run_tool, calls[0])]
     outputs: list[str] = [""] * len(calls)
+    completed: list[str] = []
+    lock = threading.Lock()
 
     def work(index: int) -> None:
         outputs[index] = _run_tool(run_tool, calls[index])
+        with lock:
+            completed.append(outputs[index])
 
     threads = [
         threading.Thread(target=work, args=(i,), name=f"tool-{call.name}", daemon=True)
@@ -223,6 +232,11 @@ def run_tool_calls(run_tool: ToolRunner, calls: Sequence[FunctionCall]) -> list[
         thread.start()
     for thread in threads:
         thread.join()
+    if faults.enabled("outputs-completion-order"):
+        # Planted fault: the outputs gathered as the calls completed (as ``as_completed`` hands them
+        # out) and then paired with the call ids by position, so a fast call's output lands on a
+        # slower call issued before it.
+        return completed
     return outputs
 
 

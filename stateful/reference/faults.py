@@ -33,6 +33,7 @@ FAULTS: dict[str, str] = {
     "scrollback-capped": "a read with a scrollback over 1000 shows no history at all",
     "view-keeps-closed": "/resources/terminals keeps showing a terminal after it was closed",
     "delete-keeps-terminals": "DELETE of an agent session leaves its terminals running",
+    "outputs-completion-order": "the outputs of concurrent calls are paired with call ids in the order they completed",
 }
 
 

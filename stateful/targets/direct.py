@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 from collections.abc import Mapping, Sequence
 
+from stateful import meter
 from stateful.model import Call, EventView
 from stateful.reference.registry import ResourceEvent, TerminalRegistry
 from stateful.reference.spec import TerminalSpec
@@ -43,7 +44,8 @@ class DirectSession(AgentSession):
         self._context = ToolContext(target.registry, session_id, DECLARED_SPECS)
 
     def run_turn(self, steps: Sequence[Step], *, step_timeout: float) -> list[list[str]]:
-        return [self._run_step(i, step, step_timeout) for i, step in enumerate(steps)]
+        with meter.timed("terminal direct turn"):
+            return [self._run_step(i, step, step_timeout) for i, step in enumerate(steps)]
 
     def _run_step(self, index: int, step: Step, timeout: float) -> list[str]:
         """One thread per call (a daemon: a hung call cannot block the test run's exit)."""

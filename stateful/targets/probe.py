@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import libtmux
 
+from stateful import meter
+
 __all__ = ["ProcRef", "ServerView", "Probe"]
 
 
@@ -73,6 +75,10 @@ class Probe:
 
     def view(self, socket: str) -> ServerView:
         """The server behind ``socket``: alive with panes (and all its processes), or not alive."""
+        with meter.timed("terminal probe"):
+            return self._view(socket)
+
+    def _view(self, socket: str) -> ServerView:
         if not os.path.exists(socket):
             return ServerView(alive=False)
         result = self._server(socket).cmd("list-panes", "-a", "-F", "#{pid} #{pane_pid}")
@@ -110,6 +116,10 @@ class Probe:
 
     def leftovers(self, refs: tuple[ProcRef, ...] | list[ProcRef]) -> list[ProcRef]:
         """The recorded processes that still run (a zombie has finished: it is not counted)."""
+        with meter.timed("terminal probe"):
+            return self._leftovers(refs)
+
+    def _leftovers(self, refs: tuple[ProcRef, ...] | list[ProcRef]) -> list[ProcRef]:
         left = []
         for ref in refs:
             st = _stat(ref.pid)
@@ -122,7 +132,8 @@ class Probe:
         if the server does not answer with exactly one pane."""
         if not os.path.exists(socket):
             return None
-        result = self._server(socket).cmd("list-panes", "-a", "-F", "#{history_size}")
+        with meter.timed("terminal probe"):
+            result = self._server(socket).cmd("list-panes", "-a", "-F", "#{history_size}")
         if result.returncode != 0 or len(result.stdout) != 1 or not result.stdout[0].strip().isdigit():
             return None
         return int(result.stdout[0])

@@ -3,12 +3,22 @@
 Each agent session registers its own agent (a unique name, its own model name = its own mock-LLM
 queue key, two declared terminals), binds the session to the runner, and runs a turn by configuring
 its queue with one ``tool_calls`` reply per step plus a final text reply, posting a user message and
-polling the snapshot until the turn ends. Outputs are read from ``/items`` by ``call_id``.
+waiting until the turn ends. Outputs are read from ``/items`` by ``call_id``.
 
-Items are fetched incrementally with small, varying page sizes (``after=last_id`` while
-``has_more``) and compared with a single large page: pagination must be exact (§2.7), and a gap would
-otherwise show up as a missing tool output far from its cause. Resource events are the session's
-``resource_event`` items.
+Waiting for a turn costs round trips, which is what a slow server makes expensive (docs/benchmarks.md,
+the ``machine`` section). While a turn runs, the target polls ``/items`` after the last item it holds
+(one page, only the new items: the snapshot carries the whole history, 100-600 kB per poll late in a
+ci program), keeps what it gets (items are records: each is fetched once) and reads the snapshot,
+whose status says how the turn ended (§2.6), once the turn's final text reply is among them (and every
+``SNAPSHOT_EVERY`` seconds before that, for a turn that fails without a reply; if that snapshot says
+it ended, the items are fetched once more). Polls are spaced from start to start, from 2 ms up to
+10 ms, so a slow answer is not followed by a sleep as well.
+
+Pagination must be exact (§2.7), and a gap would otherwise show up as a missing tool output far from
+its cause: every item is walked once more in small, varying page sizes (``after=last_id`` while
+``has_more``) and compared with what the large pages gave, on the session's first turn, then every
+``PAGE_CHECK_EVERY`` turns over all the items recorded since the last walk, and before its DELETE for
+the rest. Resource events are the session's ``resource_event`` items.
 """
 
 from __future__ import annotations
@@ -26,14 +36,16 @@ from stateful.e2e import (
     HARNESS,
     HEADERS,
     TurnTimeout,
+    _role,
     agent_spec_yaml,
     await_runner_online,
     configure_mock_llm,
-    poll_session_until_terminal,
     send_user_message_to_session,
     transport_failure,
+    turn_outcome,
     unique_name,
 )
+from stateful import meter
 from stateful.clauses import fail
 from stateful.model import EventView
 from stateful.recording import Recorder
@@ -53,8 +65,13 @@ TERMINALS = {"bash": BASH_TERMINAL, "sh": SH_TERMINAL}
 """The ``terminals`` block merged over the agent spec's (a plain repro registers the same)."""
 PAGE_SIZES = (7, 2, 1000, 3, 1)
 """Page sizes cycled by the incremental item fetch (small ones make many pages)."""
-PROGRESS_EVERY = 2.0
-"""Seconds between checks of a running turn's progress (which steps have all their outputs)."""
+PAGE_CHECK_EVERY = 4
+"""Turns between two walks of the items in small pages (every item is walked once; a walk costs about
+three requests however many items it covers, so batching turns saves round trips)."""
+SNAPSHOT_EVERY = 0.5
+"""Seconds between snapshots of a running turn whose final reply has not shown in its items."""
+POLL_FIRST, POLL_MAX = 0.002, 0.01
+"""Interval between two polls of a running turn (start to start): doubling from the first to the max."""
 
 
 _NOT_JSON = object()
@@ -99,9 +116,10 @@ class GuardedTransport(httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         try:
-            response = self._inner.handle_request(request)
-            if response.status_code >= 500:
-                response.read()
+            kind = meter.http_kind(request.method, request.url.path)
+            with meter.timed(kind):
+                response = self._inner.handle_request(request)
+                meter.received(kind, len(response.read()))  # read anyway: here, within the timing
         except httpx.TransportError as exc:
             raise unreachable(request, exc) from None
         if response.status_code >= 500:
@@ -127,6 +145,11 @@ class HttpSession(AgentSession):
         self._turns = itertools.count(1)
         self._items: list[dict[str, Any]] = []
         self._pages = itertools.cycle(PAGE_SIZES)
+        self._walked = 0
+        """How many of ``_items`` the small-page walk has covered (see ``_check_pages``)."""
+        self._turns_unwalked = 0
+        self._fresh = False
+        """The items were fetched after the last turn ended and nothing has read them since."""
 
     # -- items ------------------------------------------------------------------------------------
     def _get(self, path: str, **params: Any) -> Any:
@@ -137,20 +160,24 @@ class HttpSession(AgentSession):
         return reply.json()
 
     def _fetch_new(self) -> None:
-        """Follow small pages after the last item seen; then check the new items against large pages
-        (1000) after the same item: pagination must be exact (§2.7) at any size of the session."""
+        """Fetch the items after the last one held, in pages of 1000 (usually one request)."""
         path = f"/v1/sessions/{self.session_id}/items"
-        start = self._items[-1]["id"] if self._items else None
-        new = self._walk(path, start, self._pages)
-        self._items.extend(new)
-        whole = self._walk(path, start, itertools.repeat(1000))
-        paged, listed = [i.get("id") for i in new], [i.get("id") for i in whole]
-        if listed[: len(paged)] != paged:  # items recorded meanwhile (an exit's event) may follow
-            lost = [i for i in listed[: len(paged) + 1] if i not in paged]
+        self._items.extend(self._walk(path, self._items[-1]["id"] if self._items else None, itertools.repeat(1000)))
+
+    def _check_pages(self) -> None:
+        """Walk every item after the last one walked in small pages, and compare them with what
+        the pages of 1000 gave: pagination must be exact (§2.7) at any size of the session."""
+        path = f"/v1/sessions/{self.session_id}/items"
+        start = self._items[self._walked - 1]["id"] if self._walked else None
+        listed = [i.get("id") for i in self._items[self._walked:]]
+        paged = [i.get("id") for i in self._walk(path, start, self._pages)]
+        self._walked, self._turns_unwalked = len(self._items), 0
+        if paged[: len(listed)] != listed:  # items recorded meanwhile (an exit's event) may follow
+            lost = [i for i in listed if i not in paged]
             dup = len(paged) - len(set(paged))
             fail("items.pagination",
                  "items pagination is not exact (following after=last_id while has_more must yield every "
-                 f"item once, in order): {len(paged)} new items in small pages vs {len(listed)} in pages of 1000; "
+                 f"item once, in order): {len(paged)} items in small pages vs {len(listed)} in pages of 1000; "
                  f"first lost: {lost[:3]}, duplicates: {dup}")
 
     def _walk(self, path: str, after: str | None, sizes: Iterator[int]) -> list[dict[str, Any]]:
@@ -195,7 +222,8 @@ class HttpSession(AgentSession):
         responses.append({"text": f"turn {tag} done"})
         client = self._t.client
         try:
-            configure_mock_llm(self._t.mock_llm_url, responses, key=self._model)
+            with meter.timed("mock configure"):
+                configure_mock_llm(self._t.mock_llm_url, responses, key=self._model)
         except httpx.HTTPStatusError as exc:  # the mock LLM's own client is not guarded
             if exc.response.status_code >= 500:
                 raise ServerError(exc.request.method, str(exc.request.url), exc.response.status_code,
@@ -212,7 +240,10 @@ class HttpSession(AgentSession):
         if refused:  # raised out here: a violation never carries another exception as its context
             fail("api.status", refused)
         outcome = self._await_turn(steps, ids, response_id, step_timeout)
-        self._fetch_new()
+        self._fresh = True
+        self._turns_unwalked += 1
+        if self._walked == 0 or self._turns_unwalked >= PAGE_CHECK_EVERY:
+            self._check_pages()
         outputs: dict[str, list[str]] = {}
         calls: dict[str, list[str]] = {}
         arguments: dict[str, Any] = {}
@@ -246,33 +277,40 @@ class HttpSession(AgentSession):
 
     def _await_turn(self, steps: Sequence[Step], ids: list[list[str]], response_id: str,
                     step_timeout: float) -> dict[str, Any]:
-        """Poll until the turn ends; the timeout is per step: each step that finishes (all of its
-        calls have outputs) gives the next one ``step_timeout`` seconds, and a step that does not
-        finish within that time is reported as a hang."""
+        """Poll the new items until the turn's final reply is among them, then the snapshot for how
+        the turn ended (see the module's doc). The timeout is per step: each step that finishes (all
+        of its calls have outputs) gives the next one ``step_timeout`` seconds, and a step that does
+        not finish within that time is reported as a hang."""
+        began = len(self._items)
         finished, deadline = 0, time.monotonic() + step_timeout
+        interval, snapshot_at, last = POLL_FIRST, time.monotonic() + SNAPSHOT_EVERY, "no snapshot yet"
         while True:
-            window = max(0.05, min(PROGRESS_EVERY, deadline - time.monotonic()))
-            try:
-                return poll_session_until_terminal(self._t.client, session_id=self.session_id,
-                                                   response_id=response_id, timeout=window)
-            except TurnTimeout as exc:
-                last = str(exc)
-            now_finished = self._steps_finished(ids)
+            polled = time.monotonic()
+            self._fetch_new()
+            replied = any(i.get("type") == "message" and _role(i) == "assistant" for i in self._items[began:])
+            if replied or time.monotonic() >= snapshot_at:
+                outcome, last = self._outcome(response_id)
+                if outcome is not None:
+                    if not replied:  # it ended between the items' answer and the snapshot's: the rest of its items
+                        self._fetch_new()
+                    return outcome
+                snapshot_at = time.monotonic() + SNAPSHOT_EVERY
+            have = {i.get("call_id") for i in self._items if i.get("type") == "function_call_output"}
+            now_finished = _steps_done(ids, have)
             if now_finished > finished:
                 finished, deadline = now_finished, time.monotonic() + step_timeout
             elif time.monotonic() >= deadline:
-                raise self._hang(steps, ids, step_timeout, last)
+                raise self._hang(steps, ids, step_timeout, f"timed out waiting for turn {response_id} to end; {last}")
+            meter.sleep(max(0.0, interval - (time.monotonic() - polled)), "turn-end poll")
+            interval = min(2 * interval, POLL_MAX)
 
-    def _steps_finished(self, ids: list[list[str]]) -> int:
-        """How many leading steps of the running turn have every output (one peek, items not kept)."""
-        params: dict[str, Any] = {"order": "asc", "limit": 1000}
-        if self._items:
-            params["after"] = self._items[-1]["id"]
-        page = self._get(f"/v1/sessions/{self.session_id}/items", **params)
-        data = page.get("data") if isinstance(page, Mapping) else None
-        have = {i.get("call_id") for i in [*self._items, *(data if isinstance(data, list) else [])]
-                if isinstance(i, Mapping) and i.get("type") == "function_call_output"}
-        return _steps_done(ids, have)
+    def _outcome(self, response_id: str) -> tuple[dict[str, Any] | None, str]:
+        """How the turn ended as the snapshot shows it (§2.6; None while it runs), and what it said."""
+        snapshot = self._get(f"/v1/sessions/{self.session_id}")
+        if not isinstance(snapshot, Mapping):
+            fail("api.status", f"GET /v1/sessions/{self.session_id}: not a JSON object: {snapshot!r}"[:800])
+        outcome = turn_outcome(snapshot, response_id)
+        return outcome, f"last status seen: {snapshot.get('status')!r}"
 
     def _hang(self, steps: Sequence[Step], ids: list[list[str]], timeout: float, detail: str) -> StepTimeout:
         """Which step hangs (the first with a call lacking its output), and stop the turn."""
@@ -294,7 +332,9 @@ class HttpSession(AgentSession):
     def events(self) -> list[EventView]:
         if self._t.recorder:
             self._t.recorder.events(self.session_id)
-        self._fetch_new()
+        if not self._fresh:  # right after a turn, the items fetched at its end are this moment's
+            self._fetch_new()
+        self._fresh = False
         views = []
         for item in self._items:
             if item.get("type") != "resource_event":
@@ -318,6 +358,8 @@ class HttpSession(AgentSession):
     def delete(self) -> None:
         if self._t.recorder:
             self._t.recorder.deleted(self.session_id)
+        if self._walked < len(self._items):  # the last turns' items, walked in small pages too
+            self._check_pages()
         reply = self._t.client.delete(f"/v1/sessions/{self.session_id}")
         if reply.status_code not in (200, 202, 204):  # (a 5xx is a ServerError, raised by the transport)
             fail("api.status", f"DELETE session {self.session_id}: HTTP {reply.status_code} {reply.text[:300]}")
