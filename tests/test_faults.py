@@ -414,7 +414,7 @@ def test_plain_repro_of_a_sessions_fault(plant: Plant, hunter: Hunter) -> None:
                and node.module == "tests.e2e.conftest" for a in node.names}
     assert {"register_inline_agent", "configure_mock_llm", "send_user_message_to_session",
             "poll_session_until_terminal", "http_client", "model_name"} <= helpers
-    assert f"# step " in source and result.clause in source
+    assert "# step " in source and result.clause in source
     faulty, correct = result.plain_verdicts.get("faulty"), result.plain_verdicts.get("correct")
     assert faulty is not None and faulty[0] == "STILL FAILING" and faulty[1] in plant.clauses, (faulty, source)
     assert correct == ["FIXED", ""], (correct, source)

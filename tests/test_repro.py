@@ -12,7 +12,7 @@ import pytest
 from hypothesis import settings
 
 from stateful.machine import MachineConfig, TerminalMachine
-from stateful.model import ContractViolation, EventView
+from stateful.model import EventView
 from stateful.repro import render_repro, reported_program, write_repro
 from stateful.targets.base import AgentSession, ServerError, Step, Target, TargetError
 
