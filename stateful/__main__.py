@@ -23,38 +23,9 @@ from collections.abc import Sequence
 
 import httpx
 
+from stateful.arguments import milliseconds, port, positive_int
+
 EXIT_USAGE = 2
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{value} is not a port number (0-65535; 0 = any free port)")
-    return value
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
-    return value
-
-
-def _milliseconds(text: str) -> float:
-    """A non-negative number of milliseconds, as seconds."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of milliseconds") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{text} is not a non-negative number of milliseconds")
-    return value / 1000
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,13 +34,13 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve = commands.add_parser("serve", help="run the embedded reference stack (sessions API + mock LLM)")
     serve.add_argument("--host", default="127.0.0.1", help="sessions API address (default 127.0.0.1)")
-    serve.add_argument("--port", type=_port, default=0, help="sessions API port (default 0: a free port)")
-    serve.add_argument("--mock-port", type=_port, default=0, help="mock LLM port, always on 127.0.0.1 (default 0)")
+    serve.add_argument("--port", type=port, default=0, help="sessions API port (default 0: a free port)")
+    serve.add_argument("--mock-port", type=port, default=0, help="mock LLM port, always on 127.0.0.1 (default 0)")
     serve.add_argument(
-        "--max-model-calls", type=_positive, default=200,
+        "--max-model-calls", type=positive_int, default=200,
         help="model calls a turn may make before it is cut off (default 200)",
     )
-    serve.add_argument("--latency", type=_milliseconds, default=0.0, metavar="MS",
+    serve.add_argument("--latency", type=milliseconds, default=0.0, metavar="MS",
                        help="milliseconds added to every response of the sessions API (a slow server; default 0)")
     serve.add_argument(
         "--token",

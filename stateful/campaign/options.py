@@ -7,56 +7,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
+from stateful.arguments import duration, milliseconds, positive_int, seconds
 from stateful.campaign.database import DEFAULT_DB
 
 __all__ = ["EXIT_USAGE", "add_parser", "duration"]
 
 EXIT_USAGE = 2
 DEFAULT_REPROS = str(Path(__file__).resolve().parents[1] / "repros")
-_UNITS = {"s": 1, "m": 60, "h": 3600}
-
-
-def duration(text: str) -> float:
-    """``90``, ``40s``, ``20m``, ``1.5h`` as seconds (positive)."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
-    if not match or float(match.group(1)) <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (e.g. 90s, 20m, 1h)")
-    return float(match.group(1)) * _UNITS[match.group(2) or "s"]
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
-    return value
-
-
-def _milliseconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a non-negative number of milliseconds")
-    return value / 1000
 
 
 def _one_line_error(parser: argparse.ArgumentParser, message: str) -> NoReturn:
@@ -75,16 +36,16 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     p.error = lambda message: _one_line_error(p, message)  # type: ignore[method-assign]
     p.add_argument("--budget", type=duration, default=duration("20m"), metavar="DURATION",
                    help="how long the campaign runs, shrinking included (e.g. 90s, 20m, 1h; default 20m)")
-    p.add_argument("--workers", type=_positive_int, default=os.cpu_count() or 1, metavar="N",
+    p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1, metavar="N",
                    help="independent searches in parallel, each its own process (default: the number of cores)")
     p.add_argument("--target", choices=("sessions", "direct"), default="sessions",
                    help="sessions: the sessions API over HTTP (default); direct: the reference tools in-process")
     p.add_argument("--server-url", metavar="U", help="an external contract server (with --mock-llm-url, --runner-id)")
     p.add_argument("--mock-llm-url", metavar="M")
     p.add_argument("--runner-id", metavar="R")
-    p.add_argument("--stack-latency", type=_milliseconds, default=0.0, metavar="MS",
+    p.add_argument("--stack-latency", type=milliseconds, default=0.0, metavar="MS",
                    help="the embedded stack answers every sessions-API request MS later (default 0)")
-    p.add_argument("--shrink-budget", type=_seconds, default=60.0, metavar="S",
+    p.add_argument("--shrink-budget", type=seconds, default=60.0, metavar="S",
                    help="seconds Hypothesis may shrink each new failure (default 60; never past the budget)")
     p.add_argument("--repro-dir", default=DEFAULT_REPROS, metavar="DIR",
                    help="where shrunk failures are written as regression tests (default stateful/repros/; '' = don't)")
@@ -95,8 +56,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     p.add_argument("--report", type=Path, metavar="DIR", help="write report.json, report.md and junit.xml there")
     p.add_argument("--db", default=DEFAULT_DB, metavar="PATH|redis://host:port/n",
                    help="the Hypothesis example database the workers share (default .hypothesis/examples)")
-    p.add_argument("--step-timeout", type=_seconds, metavar="S", help="seconds before a step is a hang")
-    p.add_argument("--poll-deadline", type=_seconds, metavar="S", help="seconds to wait for an eventual property")
-    p.add_argument("--steps", type=_positive_int, metavar="N", help="steps per program (default: the campaign profile's)")
+    p.add_argument("--step-timeout", type=seconds, metavar="S", help="seconds before a step is a hang")
+    p.add_argument("--poll-deadline", type=seconds, metavar="S", help="seconds to wait for an eventual property")
+    p.add_argument("--steps", type=positive_int, metavar="N", help="steps per program (default: the campaign profile's)")
     p.add_argument("--quiet", action="store_true", help="no progress line and no summary")
     return p
