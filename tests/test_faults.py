@@ -243,9 +243,12 @@ SWAPPED_OUTPUT_CLAUSES = ("step.concurrent", "close.closed", "close.not-found", 
 """What a concurrent call's output that went to another call of the same reply breaks: the clause of
 the call it landed on (a list's array on a close, a close's names on another close, ...)."""
 
+RACE = Plant("outputs-completion-order", "sessions", SWAPPED_OUTPUT_CLAUSES, shrinks=15,
+             says="no sequential order of the")
+"""A race: hunted by hand (``python tests/test_faults.py outputs-completion-order sessions 300 OUT.json``),
+out of the suite (see GAPS)."""
+
 PLANTS = [  # slowest hunts first (they start first)
-    Plant("outputs-completion-order", "sessions", SWAPPED_OUTPUT_CLAUSES, shrinks=15,
-          says="no sequential order of the"),
     Plant("close-leaks-server", "direct", ("close.nothing-left",)),
     Plant("close-event-lost", "direct", ("events.recorded",)),
     Plant("trailing-semicolon", "direct", ("send.text-literal",)),
@@ -267,7 +270,11 @@ PLANTS = [  # slowest hunts first (they start first)
     Plant("view-keeps-closed", "sessions", ("view.terminals",)),
     Plant("delete-keeps-terminals", "direct", ("session.delete",)),
 ]
-GAPS: dict[str, tuple[str, str, str]] = {}
+GAPS: dict[str, tuple[str, str, str]] = {
+    "outputs-completion-order": ("sessions", "step.concurrent", "a race: whether outputs swap depends on which "
+                                 "concurrent call finishes first, so a replay may pass where the search failed, and one "
+                                 "suite run in three ended in Hypothesis's FlakyFailure (docs/faults.md)"),
+}
 """Faults the machine does not find with the ci profile: out of the suite, not hidden (docs/faults.md).
 Each is ``fault: (target, clause, why)``; hunt one by hand with
 ``python tests/test_faults.py FAULT TARGET BUDGET OUT.json`` (then read OUT.json)."""
@@ -452,7 +459,7 @@ def _main(fault: str, kind: str, budget: str, out: str) -> None:
     if fault == "-":
         result = hunt(kind, (), settings(CI_SETTINGS, max_examples=CONTROL_EXAMPLES))
     else:
-        plant = next(p for p in PLANTS if p.fault == fault)
+        plant = next(p for p in [*PLANTS, RACE] if p.fault == fault)
         result = hunt(kind, (fault,), budget=float(budget), shrinks=plant.shrinks, plain_dir=Path(out).parent / "plain")
         if result.plain.endswith(".py"):  # replayed here, in parallel with the other hunts
             env = {k: v for k, v in os.environ.items() if k != "STATEFUL_FAULTS"}
