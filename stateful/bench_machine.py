@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 from hypothesis import Phase, settings
@@ -32,7 +30,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from stateful import meter
 from stateful.machine import MachineConfig, TerminalMachine
-from stateful.targets.base import Target
+from stateful.targets.fresh import fresh_target
 
 TIME_KINDS = ("http", "mock configure", "terminal", "sleep")
 """Prefixes of the meter's kinds that are the tester's thread waiting (the division of a step's time)."""
@@ -61,28 +59,6 @@ def _ci(programs: int) -> tuple[settings, MachineConfig]:
     return chosen, machine_conftest.MACHINE_CONFIGS["ci"]
 
 
-@contextmanager
-def _target(kind: str, latency: float) -> Iterator[Target]:
-    if kind == "direct":
-        from stateful.targets.direct import DirectTarget
-
-        direct = DirectTarget()
-        try:
-            yield direct
-        finally:
-            direct.close()
-        return
-    from stateful.reference.stack import EmbeddedStack
-    from stateful.targets.sessions import SessionsTarget
-
-    with EmbeddedStack(latency=latency) as stack:
-        sessions = SessionsTarget(stack.server_url, stack.mock_llm_url, stack.runner_id)
-        try:
-            yield sessions
-        finally:
-            sessions.close()
-
-
 def run_programs(kind: str, latency: float, programs: int, label: str) -> Run:
     """The first ``programs`` ci programs against a fresh ``kind`` target, metered."""
     hypothesis_settings, config = _ci(programs)
@@ -96,7 +72,7 @@ def run_programs(kind: str, latency: float, programs: int, label: str) -> Run:
             super().teardown()
 
     failure = ""
-    with _target(kind, latency) as target:
+    with fresh_target(kind, latency) as target:
         BenchMachine.bind(target, config)
         with meter.metering() as totals:
             cpu, started = time.thread_time(), time.perf_counter()

@@ -48,7 +48,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,7 +66,8 @@ from stateful.plain import NoPlainForm, write_plain_repro
 from stateful.replay import run_repro
 from stateful.repro import reported_program
 from stateful.shrinking import shrink_budget
-from stateful.targets.base import StepTimeout, Target
+from stateful.targets.base import StepTimeout
+from stateful.targets.fresh import fresh_target
 
 ROOT = Path(__file__).resolve().parent.parent
 SHRINKS = 40
@@ -134,29 +135,6 @@ class Hunt:
     each ``[status, clause or reason]`` (``stateful.replay``)."""
 
 
-@contextmanager
-def _target(kind: str) -> Iterator[Target]:
-    """A fresh target of ``kind``, closed (stack and terminals included) on exit."""
-    if kind == "direct":
-        from stateful.targets.direct import DirectTarget
-
-        direct = DirectTarget()
-        try:
-            yield direct
-        finally:
-            direct.close()
-        return
-    from stateful.reference.stack import EmbeddedStack
-    from stateful.targets.sessions import SessionsTarget
-
-    with EmbeddedStack() as stack:
-        sessions = SessionsTarget(stack.server_url, stack.mock_llm_url, stack.runner_id)
-        try:
-            yield sessions
-        finally:
-            sessions.close()
-
-
 def hunt(kind: str, names: tuple[str, ...] = (), hypothesis_settings: settings = CI_SETTINGS,
          config: MachineConfig = CI_MACHINE, budget: float = SHRINK_BUDGET, shrinks: int = SHRINKS,
          plain_dir: Path | None = None) -> Hunt:
@@ -186,7 +164,7 @@ def hunt(kind: str, names: tuple[str, ...] = (), hypothesis_settings: settings =
     with shrink_budget(budget, shrinks):
         with ExitStack() as cleanup:
             with faults.activated(*names):
-                target = cleanup.enter_context(_target(kind))
+                target = cleanup.enter_context(fresh_target(kind))
                 FaultHunt.bind(target, config)
                 try:
                     run_state_machine_as_test(FaultHunt, settings=hypothesis_settings)
