@@ -70,7 +70,7 @@ from stateful.targets.base import StepTimeout
 from stateful.targets.fresh import fresh_target
 
 ROOT = Path(__file__).resolve().parent.parent
-SHRINKS = 40
+SHRINKS = 25
 """Successful shrinks a hunt allows (Hypothesis's own limit is 500): the budget that decides how far a
 failure is shrunk, the same however busy the machine is (the hunts' programs are deterministic)."""
 SHRINK_BUDGET = 300
