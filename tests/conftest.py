@@ -23,6 +23,7 @@ from stateful.workers import processes
 from stateful.reference.spec import TerminalSpec
 from stateful.reference.tmux import SOCKET_DIR_PREFIX
 from stateful.reference.tools import ToolContext, call_tool
+from polling import poll as _poll
 
 T = TypeVar("T")
 
@@ -50,18 +51,6 @@ def _pids_naming(path: str) -> list[int]:
     fault hunts' workers and their reapers (their ``TMPDIR`` is the temp root)."""
     needle = os.fsencode(path)
     return [pid for pid, cmdline, environ in processes() if needle in cmdline or needle in environ]
-
-
-def _poll(predicate: Callable[[], T], *, timeout: float = 10.0, interval: float = 0.02) -> T:
-    """The first truthy value of ``predicate()`` within ``timeout`` s, else AssertionError."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"condition not met within {timeout} s (last value: {value!r})")
-        time.sleep(interval)
 
 
 RUN_END_TIMEOUT = 20.0

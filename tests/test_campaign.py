@@ -30,6 +30,7 @@ from stateful.campaign.options import duration
 from stateful.campaign.report import FAILURE_KEYS
 from stateful.clauses import CLAUSES
 from stateful.workers import processes
+from polling import poll as _poll
 
 T = TypeVar("T")
 
@@ -45,17 +46,6 @@ CONSEQUENCES: set[str] = set()
 STOP_GRACE = 10.0 + 5.0
 """driver.STOP_GRACE, then workers.GRACE: the most a campaign may run past its budget."""
 MAX_SHRUNK_STEPS = 8
-
-
-def _poll(predicate: Callable[[], T], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"{what}: not within {timeout} s (last value: {value!r})")
-        time.sleep(0.1)
 
 
 def _naming(marker: str) -> dict[int, str]:

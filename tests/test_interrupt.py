@@ -27,6 +27,7 @@ import pytest
 from stateful import workers
 from stateful.reference.tmux import ProcessRef
 from stateful.workers import processes
+from polling import poll as _poll
 
 T = TypeVar("T")
 
@@ -41,18 +42,6 @@ RUN_PYTEST = ("import signal, sys, pytest; signal.signal(signal.SIGINT, signal.d
               "sys.exit(pytest.main(sys.argv[1:]))")
 """``python -m pytest`` with SIGINT as a foreground job gets it, even when this run was started with
 SIGINT ignored (a background job of a non-interactive shell): an ignored signal survives exec."""
-
-
-def _poll(predicate: Callable[[], T], timeout: float, what: str) -> T:
-    """The first truthy value of ``predicate()`` within ``timeout`` s, else AssertionError."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"{what}: not within {timeout} s (last value: {value!r})")
-        time.sleep(0.1)
 
 
 def _processes_naming(marker: str) -> dict[int, list[str]]:
