@@ -277,7 +277,7 @@ def test_a_failure_saved_in_redis_is_replayed_first_by_the_next_campaign(
     import redis
 
     common = ["--target", "direct", "--workers", "1", "--shrink-budget", "5", "--repro-dir", "", "--db", redis_url]
-    first, _ = campaign(run_root, *common, "--budget", "12s", faults="scrollback-bool")
+    first, _ = campaign(run_root, *common, "--budget", "30s", faults="scrollback-bool")  # (random seeds: time to meet it)
     assert first.returncode == 1 and "FAILED read.scrollback-type" in first.stdout, first.stdout + first.stderr
     assert redis.Redis.from_url(redis_url).keys("hypothesis-example:*"), "nothing was saved in Redis"
     second, _ = campaign(run_root, *common, "--budget", "6s", "--report", str(tmp_path / "r2"), faults="scrollback-bool")
