@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
+from stateful.arguments import seconds
 from stateful.machine import MachineConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,7 +89,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="seconds before a step is reported as a hang (default: the profile's)")
     group.addoption("--poll-deadline", type=float, default=None,
                     help="seconds to wait for an eventual property (default: the profile's)")
-    group.addoption("--shrink-budget", type=_seconds, default=None, metavar="S",
+    group.addoption("--shrink-budget", type=seconds, default=None, metavar="S",
                     help="seconds Hypothesis may shrink a failure (default: its own 300); it then "
                          "reports the smallest failing program found so far")
     group.addoption("--repro-dir", default=str(Path(__file__).parent / "repros"),
@@ -106,14 +107,6 @@ def pytest_configure(config: pytest.Config) -> None:
     chosen = config.getoption("--target")
     if chosen not in TARGETS:
         raise pytest.UsageError(f"unknown --target {chosen!r}; known: {', '.join(TARGETS)}")
-
-
-def _seconds(text: str) -> float:
-    """A positive number of seconds (argparse turns the ValueError into a one-line usage error)."""
-    value = float(text)
-    if not value > 0:
-        raise ValueError(text)
-    return value
 
 
 def current_profile() -> str:

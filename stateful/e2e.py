@@ -17,6 +17,7 @@ Every wait here is a bounded poll: a helper that runs out of time raises :class:
 
 from __future__ import annotations
 
+import argparse
 import copy
 import json
 import threading
@@ -30,6 +31,7 @@ import pytest
 import yaml
 
 from stateful import meter
+from stateful.arguments import milliseconds
 from stateful.reference.bundle import build_bundle
 
 ORIGIN = "omnigent://internal"
@@ -479,12 +481,10 @@ def stack_latency(config: pytest.Config) -> float:
     """``--stack-latency MS`` in seconds (a usage error unless a non-negative number)."""
     text = str(config.getoption("--stack-latency", default="0") or "0")
     try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:
-        raise pytest.UsageError(f"--stack-latency {text!r} is not a non-negative number of milliseconds")
-    return value / 1000
+        return milliseconds(text)
+    except argparse.ArgumentTypeError as why:
+        message = str(why)
+    raise pytest.UsageError(f"--stack-latency {message}")  # (outside the handler: one line, no chained report)
 
 
 @pytest.fixture(scope="session")
