@@ -259,7 +259,7 @@ def events_recorded(ctx: TurnContext) -> None:
     rec = complete()
     at_once = world.target.events_with_calls and not last[0].pending & exited
     if rec is None and not at_once:
-        rec, _ = world.eventually("events", complete)
+        rec, _ = world.eventually("events", complete, tried=True)
     if rec is None:
         when = "once the calls returned" if at_once else f"after {world.cfg.poll_deadline:.0f} s"
         fail("events.recorded", f"resource events missing {when} (agent {agent.index}): {list(last[0].missing)}",

@@ -196,16 +196,19 @@ class World:
         return bool(self.probing)
 
     def eventually(self, what: str, probe: Callable[[], T | None],
-                   within: float | None = None) -> tuple[T | None, int]:
+                   within: float | None = None, *, tried: bool = False) -> tuple[T | None, int]:
         """Call ``probe`` until it gives a value (not None) or ``within`` seconds (default: the poll
         deadline) pass; return the value (None on time-out) and how many more attempts the first
         one took. The pauses grow from 50 ms to 500 ms, start to start: quick where the answer is quick, and the
         deadline, not the pause, bounds the wait. Turns run by the probe that show nothing new are
-        folded into one line of the report; ``what`` names the wait in the run's statistics."""
+        folded into one line of the report; ``what`` names the wait in the run's statistics.
+        ``tried``: the caller made the first attempt already (the loop pauses before it asks again)."""
         deadline = time.monotonic() + (self.cfg.poll_deadline if within is None else within)
-        polls = 0
+        polls = 1 if tried else 0
         self.transcript.folding = True
         try:
+            if tried:
+                meter.sleep(0.05, "eventually")
             while True:
                 began = time.monotonic()
                 value = probe()
