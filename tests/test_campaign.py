@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 import pytest
 
 from stateful.campaign.deviations import DeviationsError, load_deviations
+from stateful.campaign.gate import program_labels
 from stateful.campaign.options import duration
 from stateful.campaign.report import FAILURE_KEYS
 from stateful.clauses import CLAUSES
@@ -286,3 +287,11 @@ def test_a_failure_saved_in_redis_is_replayed_first_by_the_next_campaign(
     assert failure["clause"] == "read.scrollback-type"
     assert "in program 1 of worker 0 " in (tmp_path / "r2" / "report.md").read_text()
     _nothing_left(run_root)
+
+
+def test_coverage_counts_the_machines_labels_not_hypothesis_own_events() -> None:
+    """Hypothesis records a filter's retries as events holding the strategy's whole repr; a report's
+    coverage lists what programs exercised, so those are left out."""
+    events = {"clause: send.sent": "", "Retried draw from sampled_from([Rule(...)]).filter(f) to satisfy filter": "",
+              "read: error scrollback": "", "Aborted test because unable to satisfy sampled_from(...)": ""}
+    assert program_labels(events) == ["clause: send.sent", "read: error scrollback"]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +59,16 @@ def first_line(error: BaseException) -> str:
     """The failure's first plain line (a violation's starts with its clause id)."""
     text = str(error).strip().split("\n", 1)[0]
     return text if clause_of(error) else f"{type(error).__name__}: {text}"
+
+
+HYPOTHESIS_EVENTS = ("Retried draw from ", "Aborted test because ")
+"""How the events Hypothesis records about its own drawing begin (a filter's retries, with the
+strategy's whole repr): they say nothing about what the program exercised, so coverage leaves them out."""
+
+
+def program_labels(events: Iterable[object]) -> list[str]:
+    """The coverage labels among a program's Hypothesis events: the machine's own, not Hypothesis's."""
+    return [str(label) for label in events if not str(label).startswith(HYPOTHESIS_EVENTS)]
 
 
 @dataclass
@@ -169,5 +179,5 @@ class Gate:
             labels = current_build_context().data.events
         except Exception:  # no build context: nothing to count
             labels = {}
-        self.coverage.update(str(label) for label in labels)
+        self.coverage.update(program_labels(labels))
         self.on_program()
