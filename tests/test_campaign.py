@@ -273,6 +273,46 @@ def redis_url(tmp_path: Path) -> Iterator[str]:
         proc.wait(10)
 
 
+def _searching(root: Path) -> dict[int, str]:
+    """The run's processes once both workers and a tmux server of theirs run, else {}."""
+    found = _naming(str(root))
+    workers = [c for c in found.values() if "stateful.campaign.worker" in c]
+    servers = [c for c in found.values() if os.path.basename(c.split(" ", 1)[0]) == "tmux"]
+    return found if len(workers) == 2 and servers else {}
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_campaign_ended_by_a_signal_reports_and_leaves_nothing_behind(
+        signum: int, run_root: Path, tmp_path: Path) -> None:
+    """A nightly job killed by its CI's timeout (SIGTERM) or a user's Ctrl-C (SIGINT) mid-search: the
+    campaign ends its workers and their terminals, still writes the report of what it did, and says
+    it was interrupted."""
+    report_dir, log = tmp_path / "report", tmp_path / "campaign.log"
+    env = {**os.environ, "TMPDIR": str(run_root), "STATEFUL_FAULTS": ""}
+    with open(log, "wb") as sink:
+        run = subprocess.Popen(
+            [sys.executable, "-m", "stateful", "campaign", "--target", "direct", "--budget", "10m", "--workers", "2",
+             "--repro-dir", "", "--db", str(tmp_path / "db"), "--report", str(report_dir)],
+            cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
+            start_new_session=True)
+    try:
+        _poll(lambda: run.poll() is not None or _searching(run_root), 60.0, "two workers and a tmux server of theirs")
+        assert run.poll() is None, f"the campaign exited {run.returncode} early:\n{log.read_text()}"
+        os.kill(run.pid, signum)  # the driver alone, as a CI runner's timeout does
+        code = run.wait(STOP_GRACE + 15)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+    output = log.read_text(errors="replace")
+    assert code == 0, output  # nothing failed on the correct stack before the signal
+    assert "campaign interrupted after" in output, output
+    _nothing_left(run_root)
+    data = json.loads((report_dir / "report.json").read_text())
+    assert data["workers"] == 2 and data["elapsed_s"] < 600 and not data["failures"], data
+    assert not list(run_root.glob("campaign-*")), "the run directory is left behind"
+
+
 def test_a_failure_saved_in_redis_is_replayed_first_by_the_next_campaign(
         run_root: Path, tmp_path: Path, redis_url: str) -> None:
     import redis
