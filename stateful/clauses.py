@@ -56,6 +56,8 @@ _clause("args.terminal", "§1", "a missing, non-string or empty 'terminal' gives
 _clause("args.session", "§1", "a missing, non-string or empty 'session' gives the session error")
 _clause("args.extra-keys", "§1", "keys not named are ignored by every tool: an extra key never changes what it does")
 _clause("scope.session", "§1", "a session never sees, reads, types into or closes another session's terminals")
+_clause("scope.server-terminals", "§1", "a terminal the server runs for its own purposes (undeclared) is never "
+        "addressable: launch, send, read and close answer as for any undeclared pair")
 _clause("scope.names-exact", "§1", "names are dictionary keys, never matched like tmux targets or prefixes")
 # -- §1 launch ------------------------------------------------------------------------------------
 _clause("launch.unknown-terminal", "§1 launch", "an undeclared terminal gives the unknown-terminal error")

@@ -376,7 +376,8 @@ def _judge_launch(model: SessionModel, args: dict[str, Any], terminal: str, sess
             clause = "launch.unknown-terminal" if value in allowed_errors else "launch.override-refused"
             return Judgement(model, f"launch: error {kind}", value, clause)
         clause = "launch.unknown-terminal" if allowed_errors else "launch.override-refused"
-        raise _Reject(clause, f"expected one of {allowed_errors}" + (" or an override-refused error" if any_error else ""))
+        raise _Reject(_undeclared_clause(model, terminal, session, clause),
+                      f"expected one of {allowed_errors}" + (" or an override-refused error" if any_error else ""))
     pair = model.pair(terminal, session)
     if isinstance(value, dict) and value.get("status") in ("launched", "already_running"):
         if set(value) != LAUNCH_KEYS:
@@ -427,6 +428,15 @@ def _launched(model: SessionModel, terminal: str, session: str, value: dict[str,
 # --- send / read --------------------------------------------------------------------------------
 
 
+def _undeclared_clause(model: SessionModel, terminal: str, session: str, clause: str) -> str:
+    """The clause an answer about an undeclared pair breaks: ``scope.server-terminals`` when the
+    server runs that pair for its own purposes (it is in the baseline), whichever tool addressed it
+    (one bug, one clause), else the tool's own ``clause``."""
+    if terminal not in model.declared and (terminal, session) in model.baseline:
+        return "scope.server-terminals"
+    return clause
+
+
 def _lookup_errors(model: SessionModel, terminal: str, session: str) -> tuple[PairState | None, bool]:
     """The pair if addressable, and whether not-found is certain (undeclared or unregistered)."""
     if terminal not in model.declared:
@@ -451,7 +461,8 @@ def _judge_send(model: SessionModel, args: dict[str, Any], terminal: str, sessio
             return Judgement(model, "send: error not-found", value, "send.not-found")
         if value in type_errors:
             return Judgement(model, "send: error type (pair unknown)", value, "send.types")
-        raise _Reject("send.not-found", f"expected {nf}" + (f" or one of {type_errors}" if type_errors else ""))
+        raise _Reject(_undeclared_clause(model, terminal, session, "send.not-found"),
+                      f"expected {nf}" + (f" or one of {type_errors}" if type_errors else ""))
     assert pair is not None
     if type_errors:
         if value in type_errors:
@@ -484,7 +495,8 @@ def _judge_read(model: SessionModel, args: dict[str, Any], terminal: str, sessio
             return Judgement(model, "read: error not-found", value, "read.not-found")
         if bad_scrollback and value == ERR_SCROLLBACK:
             return Judgement(model, "read: error scrollback (pair unknown)", value, "read.scrollback-type")
-        raise _Reject("read.not-found", f"expected {nf}" + (f" or {ERR_SCROLLBACK}" if bad_scrollback else ""))
+        raise _Reject(_undeclared_clause(model, terminal, session, "read.not-found"),
+                      f"expected {nf}" + (f" or {ERR_SCROLLBACK}" if bad_scrollback else ""))
     assert pair is not None
     dead_errors = (nf, err_gone(terminal, session))  # §1 read: after the process died, either error
     if bad_scrollback:
@@ -543,7 +555,8 @@ def _judge_close(model: SessionModel, terminal: str, session: str, value: Any) -
     pair, missing = _lookup_errors(model, terminal, session)
     if missing:
         if value != not_found:
-            raise _Reject("close.not-found", f"the pair is not registered: expected {not_found}")
+            raise _Reject(_undeclared_clause(model, terminal, session, "close.not-found"),
+                          f"the pair is not registered: expected {not_found}")
         return Judgement(model, "close: not_found", value, "close.not-found")
     assert pair is not None
     if value == closed:

@@ -321,6 +321,24 @@ def test_close() -> None:
     judge(m, c("close", terminal="tui", session="a"), out({"terminal": "tui", "session": "a", "status": "not_found"}))
 
 
+@pytest.mark.parametrize("tool, extra, answer", [
+    ("send", {"text": "x"}, lambda s: {"status": "sent"}),
+    ("read", {}, lambda s: {"terminal": f"tui:{s}", "screen": "\n" * 24, "scrollback_lines": 0}),
+    ("close", {}, lambda s: {"terminal": "tui", "session": s, "status": "closed"}),
+    ("launch", {}, lambda s: {"terminal": "tui", "session": s, "status": "already_running"}),
+], ids=["send", "read", "close", "launch"])
+def test_addressing_a_terminal_the_server_runs_for_itself_is_one_clause_whatever_the_tool(
+        tool: str, extra: dict[str, Any], answer: Any) -> None:
+    """§1: an undeclared pair is never addressable, "even if the server runs such a terminal for its
+    own purposes". One bug (the server's own terminal answers) is one clause, whichever tool met it;
+    an undeclared pair the server does not run keeps the tool's own clause."""
+    m = initial_model(("bash",), out([entry("tui", "main", "/s/t")]))
+    for session, clause in (("main", "scope.server-terminals"), ("other", f"{tool}.not-found")):
+        with pytest.raises(ContractViolation) as raised:
+            judge(m, c(tool, terminal="tui", session=session, **extra), out(answer(session)))
+        assert raised.value.clause == (clause if tool != "launch" or session == "main" else "launch.unknown-terminal")
+
+
 def test_baseline_must_not_hold_declared_pairs() -> None:
     """A declared pair in a fresh session's first list: another session's terminal (its socket is
     one another session launched) breaks the session scope; any other is unsupported, not a bug."""
