@@ -1,11 +1,12 @@
-"""A shrink pass after Hypothesis's: drop whole steps of the reported program, one at a time.
+"""A shrink pass after Hypothesis's: drop whole steps of the reported program.
 
 Hypothesis shrinks the choices a program was drawn from; deleting a step in the middle of a long
 program is one of many passes, each attempt a full replay, and on real terminals (or through HTTP)
 it often runs out of budget with steps left that have nothing to do with the failure. This pass
 works on the program as Hypothesis reports it (one line of Python per step, as the repro files
-replay it): it tries the program without each step, latest first, and keeps the shorter program when
-it still fails with the same clause. A step whose bundle value (``pairs_3 = state.launch(...)``) a
+replay it): it tries the program's slice first (the failing step and what made its pairs), then
+without runs of steps, then without each step, latest first, and keeps a shorter program when it
+still fails with the same clause. A step whose bundle value (``pairs_3 = state.launch(...)``) a
 later step uses is kept. Each attempt is one replay; their number is bounded, and so the result is the
 same on a busy machine as on an idle one.
 """
@@ -67,27 +68,69 @@ def _defined(group: list[str]) -> set[str]:
 
 def drop_steps(program: Sequence[str], still_fails: Callable[[list[str]], bool], max_replays: int,
                invariants: Collection[str]) -> list[str]:
-    """The shortest program found by dropping single steps (never the first, which opens the first
-    agent session) while ``still_fails``; at most ``max_replays`` calls of it."""
+    """The shortest program found by dropping steps (never the first, which opens the first agent
+    session) while ``still_fails``; at most ``max_replays`` calls of it.
+
+    Against a slow server a replay costs seconds to minutes, so the cheap guesses come first: the
+    program's slice (the failing last step, the steps that made the pairs it names, and the first),
+    then that slice plus every step naming those pairs; then runs of steps, halving their length
+    down to single steps, latest first (a failure usually needs a few steps among many)."""
     head = [line for line in program if line.startswith("state = ")][:1]
     groups = rule_groups(program, invariants)
     replays = 0
-    changed = True
-    while changed and replays < max_replays:
+
+    def fails(candidate: list[list[str]]) -> bool:
+        nonlocal replays
+        replays += 1
+        return still_fails(head + [line for group in candidate for line in group] + ["state.teardown()"])
+
+    for kept in _slices(groups):
+        if replays >= max_replays:
+            break
+        if len(kept) < len(groups) and fails([groups[i] for i in kept]):
+            groups = [groups[i] for i in kept]
+            break
+    size = max(1, len(groups) // 2)
+    while replays < max_replays:
         changed = False
-        for index in range(len(groups) - 1, 0, -1):
-            if replays >= max_replays:
-                break
-            rest = groups[:index] + groups[index + 1:]
-            used_later = {name for group in groups[index + 1:] for line in group for name in _NAME.findall(line)}
-            if _defined(groups[index]) & used_later:
-                continue
-            replays += 1
-            candidate = head + [line for group in rest for line in group] + ["state.teardown()"]
-            if still_fails(candidate):
+        end = len(groups)
+        while end > 1 and replays < max_replays:
+            start = max(1, end - size)
+            rest = groups[:start] + groups[end:]
+            if _unused_later(groups[start:end], groups[end:]) and fails(rest):
                 groups = rest
                 changed = True
+            end = start
+        if size == 1 and not changed:
+            break
+        size = max(1, size // 2)
     return head + [line for group in groups for line in group] + ["state.teardown()"]
+
+
+def _unused_later(dropped: list[list[str]], later: list[list[str]]) -> bool:
+    """Whether no step of ``later`` uses a bundle value (``pairs_3``) a step of ``dropped`` made."""
+    used = {name for group in later for line in group for name in _NAME.findall(line)}
+    return not any(_defined(group) & used for group in dropped)
+
+
+def _slices(groups: list[list[str]]) -> list[list[int]]:
+    """Indexes of the steps to keep, smallest guess first: the first step, the last (failing) one and
+    the steps that made the bundle values it uses, transitively; then also every step naming them."""
+    if len(groups) < 3:
+        return []
+    makers = {name: i for i, group in enumerate(groups) for name in _defined(group)}
+    kept = {0, len(groups) - 1}
+    names: set[str] = set()
+    todo = [len(groups) - 1]
+    while todo:
+        for name in _NAME.findall(" ".join(groups[todo.pop()])):
+            if name in makers and name not in names:
+                names.add(name)
+                if makers[name] not in kept:
+                    kept.add(makers[name])
+                    todo.append(makers[name])
+    touching = kept | {i for i, group in enumerate(groups) if names & set(_NAME.findall(" ".join(group)))}
+    return [sorted(kept)] + ([sorted(touching)] if touching != kept else [])
 
 
 def run_once(machine: type, program: Callable[[Any], None]) -> None:

@@ -209,6 +209,7 @@ def test_a_campaign_finds_each_planted_bug_once_writes_its_repro_and_keeps_going
         if late:
             continue
         assert 1 <= failure["steps_shrunk"] <= MAX_SHRUNK_STEPS, failure
+        assert 0 <= failure["shrink_s"] <= data["elapsed_s"] - failure["first_seen_s"], failure
         shrunk += 1
     assert shrunk >= 2 and len(list(repros.glob("test_repro_direct_*.py"))) >= shrunk
     # it kept going after the first failure: programs ran after every failure was claimed

@@ -63,6 +63,39 @@ def test_drop_steps_keeps_what_the_failure_needs_and_what_later_steps_use() -> N
     assert not any(PROGRAM[5] not in program for program in tried)  # pairs_1's launch is never tried without
 
 
+def test_drop_steps_tries_the_failing_steps_slice_first() -> None:
+    """Against a slow server each replay costs seconds: the slice (first step, the failing step and
+    the launch of the pair it names) is the first guess, and when it fails the same way it is the
+    one replay needed before the single-step pass confirms nothing more can go."""
+    tried: list[list[str]] = []
+
+    def still_fails(program: list[str]) -> bool:
+        tried.append(program)
+        return any("read_bad_scrollback" in line for line in program)
+
+    drop_steps(PROGRAM, still_fails, max_replays=20, invariants=INVARIANTS)
+    assert [line for line in tried[0] if "live_pairs" not in line] == [
+        PROGRAM[0], PROGRAM[1], PROGRAM[5], PROGRAM[9], "state.teardown()"]
+
+
+def test_drop_steps_drops_long_runs_of_steps_in_few_replays() -> None:
+    """A failure that needs two steps among forty: runs of steps go first, halving, so it takes far
+    fewer replays than one per step (the pass's default budget is three per step)."""
+    filler = [f"state.list_terminals(agent={i}, deco=Decoration())" for i in range(40)]
+    program = ["state = SomeMachine()", "pairs_0 = state.start(terminal='bash', name='main')", *filler[:20],
+               "state.scroll(index=0)", *filler[20:], "state.read(pair=pairs_0, scrollback=1)", "state.teardown()"]
+    calls: list[list[str]] = []
+
+    def still_fails(candidate: list[str]) -> bool:
+        calls.append(candidate)
+        return "state.scroll(index=0)" in candidate and "state.read(pair=pairs_0, scrollback=1)" in candidate
+
+    shorter = drop_steps(program, still_fails, max_replays=3 * 43, invariants=INVARIANTS)
+    assert shorter == [program[0], program[1], "state.scroll(index=0)", "state.read(pair=pairs_0, scrollback=1)",
+                       "state.teardown()"]
+    assert len(calls) < 43, len(calls)
+
+
 def test_drop_steps_stops_at_its_replay_budget() -> None:
     calls: list[int] = []
     drop_steps(PROGRAM, lambda program: calls.append(1) is None and False, max_replays=2, invariants=INVARIANTS)

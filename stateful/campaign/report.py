@@ -17,7 +17,7 @@ from stateful.clauses import CLAUSES
 
 __all__ = ["CampaignReport", "build_report", "clause_outcomes", "exercised", "write_reports"]
 
-FAILURE_KEYS = ("clause", "message", "first_seen_s", "steps_found", "steps_shrunk", "repro")
+FAILURE_KEYS = ("clause", "message", "first_seen_s", "steps_found", "steps_shrunk", "shrink_s", "repro")
 CLAUSE_EVENT = "clause: "
 
 
@@ -70,7 +70,7 @@ def build_report(budget: float, elapsed: float, workers: int, states: Sequence[M
         failure = recorded.get(key) or {"clause": key, "message": claim.get("message", ""),
                                         "first_seen_s": claim.get("first_seen_s"),
                                         "steps_found": claim.get("steps_found"), "steps_shrunk": None,
-                                        "repro": None, "worker": claim.get("worker"),
+                                        "shrink_s": None, "repro": None, "worker": claim.get("worker"),
                                         "program": claim.get("program")}
         failures.append(failure)
     failures.sort(key=lambda f: (f.get("first_seen_s") is None, f.get("first_seen_s") or 0.0))
@@ -122,7 +122,8 @@ def markdown(report: CampaignReport) -> str:
     if not report.failures:
         lines.append("None.")
     for f in report.failures:
-        shrunk = f"shrunk to {f['steps_shrunk']} steps" if f.get("steps_shrunk") is not None else "not shrunk (the budget ended first)"
+        shrunk = (f"shrunk to {f['steps_shrunk']} steps in {f.get('shrink_s')} s" if f.get("steps_shrunk") is not None
+                  else "not shrunk (the budget ended first)")
         lines += [f"### `{f['clause']}`", "",
                   f"found after {f.get('first_seen_s')} s in program {f.get('program')} of worker {f.get('worker')} "
                   f"({f.get('steps_found')} steps), {shrunk}; "

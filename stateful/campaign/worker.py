@@ -123,7 +123,11 @@ class Worker:
                 changes["max_examples"] = self.config.max_examples
             if self.config.steps_per_program:
                 changes["stateful_step_count"] = self.config.steps_per_program
-            run_settings = settings(base, database=database, phases=phases, report_multiple_bugs=True,
+            # One new failure per search: Hypothesis stops generating at it and gives it the whole shrink
+            # budget (with several, it shrinks them all within one budget, then each waits for the
+            # others' replays; against a slow server that took minutes per failure). The next search,
+            # with a new seed, finds the others.
+            run_settings = settings(base, database=database, phases=phases, report_multiple_bugs=False,
                                     suppress_health_check=list(HealthCheck), **changes)
             seed = random.SystemRandom().getrandbits(64)
             self.searches.append(seed)
@@ -189,11 +193,13 @@ class Worker:
                 repro = str(write_repro(Path(self.config.repro_dir), target.name, shrunk))
                 plain = self.plain_repro(machine, target, shrunk)
             claim = seen.info(self.run_dir / "seen", key)
+            written = round(time.time() - self.config.started, 1)
             self.failures.append({
                 "clause": key, "message": first_line(shrunk), "first_seen_s": claim.get("first_seen_s"),
                 "steps_found": claim.get("steps_found"),
                 "steps_shrunk": len(rule_groups(program, invariants_of(machine))) if program else None,
-                "repro": repro, "plain": plain, "shrunk_s": round(time.time() - self.config.started, 1),
+                "shrink_s": round(written - claim["first_seen_s"], 1) if "first_seen_s" in claim else None,
+                "repro": repro, "plain": plain, "shrunk_s": written,
                 "report": _report(shrunk), "worker": self.index, "program": claim.get("program"),
             })
             self.save()
