@@ -26,10 +26,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from stateful import checks
+from stateful import checks, plain_checks
 from stateful.clauses import ContractViolation
 from stateful.model import (
-    Call, ERR_KEYS, ERR_MALFORMED, ERR_NOT_OBJECT, ERR_SCROLLBACK, ERR_SESSION, ERR_TERMINAL, ERR_TEXT, Life,
+    PANE_ROWS, Call, ERR_KEYS, ERR_MALFORMED, ERR_NOT_OBJECT, ERR_SCROLLBACK, ERR_SESSION, ERR_TERMINAL, ERR_TEXT, Life,
     SENT, SessionModel, addressed_pair, err_gone, err_not_found, err_unknown_terminal, initial_model, judge,
     judge_step,
 )
@@ -43,6 +43,11 @@ MARKER_CLAUSES = frozenset({"send.text-literal", "read.output-shows", "send.keys
 """Clauses the machine finds by reading a pane until a marker shows (polled)."""
 SCOPE_CLAUSES = frozenset({"scope.session", "scope.names-exact"})
 NOT_FOUND_CLAUSES = frozenset({"launch.one-launched", "send.not-found", "read.not-found", "close.not-found"})
+EVENT_CLAUSES = frozenset({"events.recorded", "events.ids", "events.unique-ids"})
+"""Clauses the machine finds in a session's resource events (a plain repro reads its items)."""
+PROBE_CLAUSES = frozenset({"launch.server-runs", "close.nothing-left", "session.delete"})
+"""Clauses the machine finds by asking tmux and /proc about a terminal's processes (a plain repro
+notes them after each launch with ``tmux -S SOCKET list-panes`` and /proc, and looks again later)."""
 _UID = re.compile(r"_(u[0-9a-z]+z[0-9a-z]+)")
 _NEW_SOCKET = "\0a socket no launch has returned"
 
@@ -67,7 +72,9 @@ class Block:
 
     kind: str
     """"open" (a new agent session), "turn", "poll" (a turn repeated until its checks hold),
-    "pagination" or "view" (the final checks beyond outputs), "delete"."""
+    "pagination", "view" or "events" (checks beyond outputs), "delete", "capture" (note the
+    processes of new live pairs: their tmux server answers), "gone" (those of closed pairs are
+    gone), "rows" (a turn whose reads are held to min(N, H) + 24 rows, H from tmux)."""
     agent: int
     step: tuple[int, str]
     steps: list[list[Call]] = field(default_factory=list)
@@ -80,6 +87,12 @@ class Block:
     """A "view": the pairs it must show (besides the baseline)."""
     repeats: int = 0
     """A "poll": how many times the machine ran the turn."""
+    launched: list[tuple[str, str]] = field(default_factory=list)
+    """An "events": every launch that said ``launched`` (one pair per process)."""
+    ended: list[tuple[str, str]] = field(default_factory=list)
+    """An "events": one pair per launched process that was closed (or exited and was removed)."""
+    held: list[tuple[str, str]] = field(default_factory=list)
+    """A "rows": the pairs whose history size is read (tmux) before and after the turn."""
 
 
 @dataclass
@@ -199,6 +212,10 @@ class _Agent:
     base: list[tuple[str, str]] = field(default_factory=list)
     typed: dict[tuple[str, str], str] = field(default_factory=dict)
     """Pair -> the text its last sends typed (for the marker it prints)."""
+    before: SessionModel | None = None
+    """The model before the last turn."""
+    captured: dict[int, tuple[str, str]] = field(default_factory=dict)
+    """Instance -> its pair, for the live pairs whose processes the repro noted (``capture``)."""
 
 
 def _parsed(output: str) -> Any:
@@ -215,7 +232,7 @@ def _same_turn(a: Op, b: Op) -> bool:
 def plan(ops: Sequence[Op], clause: str) -> Plan:
     """The repro's blocks for the recorded ``ops`` of a program that broke ``clause``."""
     ops = list(ops)
-    while ops and ops[-1].kind == "delete":
+    while ops and ops[-1].kind == "delete" and (clause != "session.delete" or ops[-1].step[1] == "state.teardown()"):
         ops.pop()  # the machine's cleanup after the failure (it deletes every session)
     agents: dict[str, _Agent] = {}
     blocks: list[Block] = []
@@ -246,10 +263,20 @@ def plan(ops: Sequence[Op], clause: str) -> Plan:
             if last and clause == "items.pagination":
                 final = Block("pagination", agent.index, op.step, final=True)
                 blocks.append(final)
+            elif last and clause in EVENT_CLAUSES:
+                final = _events_final(agent, op, clause)
+                blocks.append(final)
             i += 1
             continue
         if op.kind == "delete":
-            blocks.append(Block("delete", agent.index, op.step))
+            block = Block("delete", agent.index, op.step, final=last and clause == "session.delete")
+            if block.final:
+                assert agent.model is not None
+                block.expected = [p.key for p in agent.model.alive() if p.instance in agent.captured]
+                if not block.expected:
+                    raise NoPlainForm("the deleted session had no live terminal whose processes were noted")
+                final = block
+            blocks.append(block)
             i += 1
             continue
         # a turn, possibly repeated (the machine polling for an "eventually")
@@ -272,6 +299,10 @@ def plan(ops: Sequence[Op], clause: str) -> Plan:
         blocks.append(block)
         if broke:
             final = block
+        else:  # the checks after a turn that need more than its outputs
+            after = _after_turn(agent, block, run[-1], clause, last=all(o.kind == "events" for o in ops[j + 1:]))
+            blocks += after
+            final = block if block.final else next((b for b in after if b.final), None)
         i = j + 1
     if final is None and clause in MARKER_CLAUSES:
         final = _marker_final(blocks, agents, clause)
@@ -286,6 +317,7 @@ def _turn(agent: _Agent, run: list[Op], clause: str, *, is_last: bool) -> tuple[
     op = run[-1]
     outputs = op.outputs or []
     block = Block("poll" if len(run) > 1 else "turn", agent.index, run[0].step, steps=op.steps, repeats=len(run))
+    agent.before = agent.model
     if agent.model is None:  # the session's first list: the baseline
         block.first_list = True
         try:
@@ -331,6 +363,70 @@ def _turn(agent: _Agent, run: list[Op], clause: str, *, is_last: bool) -> tuple[
                     agent.typed[pair] = agent.typed[pair].rstrip("\n") + "\n"
         agent.model = judged[0].model if judged else model
     return block, False
+
+
+def _after_turn(agent: _Agent, block: Block, op: Op, clause: str, *, last: bool) -> list[Block]:
+    """The blocks after a turn's for the ground-truth clauses: the processes of the pairs that now
+    live noted (their server must answer: ``launch.server-runs``), and after the last turn the
+    broken clause's check: the processes of the pairs it closed gone at once (``close.nothing-left``),
+    or its reads' rows exact (``read.rows-exact``: the turn itself becomes a "rows" block)."""
+    model, before = agent.model, agent.before
+    if model is None or before is None:
+        return []
+    found: list[Block] = []
+    if clause in PROBE_CLAUSES:
+        new = [p for p in model.alive() if p.instance not in agent.captured]
+        if new:
+            found.append(Block("capture", agent.index, block.step, expected=[p.key for p in new],
+                               final=last and clause == "launch.server-runs"))
+            agent.captured.update((p.instance, p.key) for p in new)
+    if last and clause == "close.nothing-left":
+        alive_before = {p.instance for p in before.alive()}
+        closed = [agent.captured[n] for n in sorted(model.ended - before.ended) if n in agent.captured and n in alive_before]
+        if not closed:
+            raise NoPlainForm("the last turn closed no live terminal whose processes were noted")
+        found.append(Block("gone", agent.index, block.step, expected=closed, final=True))
+    if last and clause == "read.rows-exact":
+        _rows_checks(agent, block, op, before)
+    return found
+
+
+def _rows_checks(agent: _Agent, block: Block, op: Op, before: SessionModel) -> None:
+    """Make the last turn a "rows" block: each read it made of a pair that was alive before it and
+    that the turn typed nothing into is held to exactly min(N, H) + 24 rows, H read from tmux before
+    and after the turn (the same both times: the pane held still)."""
+    typed_into = {addressed_pair(c) for step in block.steps for c in step if c.tool == SEND}
+    alive = {p.key for p in before.alive()}
+    outputs = op.outputs or []
+    for s, calls in enumerate(block.steps):
+        for c, call in enumerate(calls):
+            pair = addressed_pair(call)
+            value = _parsed(outputs[s][c]) if s < len(outputs) and c < len(outputs[s]) else None
+            if (call.tool != READ or pair is None or pair not in alive or pair in typed_into
+                    or not isinstance(value, dict) or not isinstance(value.get("screen"), str)):
+                continue
+            rows = Check(f"out['screen'].count('\\n') == min(out['scrollback_lines'], held[{pair!r}]) + {PANE_ROWS}",
+                         "read.rows-exact")
+            block.checks[(s, c)] = [*block.checks.get((s, c), []), rows]
+            if pair not in block.held:
+                block.held.append(pair)
+    if not block.held:
+        raise NoPlainForm("the last turn made no read of an idle live pair")
+    block.kind, block.final = "rows", True
+
+
+def _events_final(agent: _Agent, op: Op, clause: str) -> Block:
+    """The resource events of the session against every launch and close of the model (which must
+    know every pair's fate: no exit pending), proved to break ``clause`` on the events recorded."""
+    model = agent.model
+    if model is None or model.maybe_ended():
+        raise NoPlainForm(f"{clause}: an exit was pending, so which events must exist is not fixed")
+    launched = [(i.terminal, i.session) for i in model.instances]
+    ended = [(model.instances[n].terminal, model.instances[n].session) for n in sorted(model.ended)]
+    problem = plain_checks.events_problem(list(op.data or []), launched, ended, agent.base)
+    if problem is None or problem.split(":")[0] != clause:
+        raise NoPlainForm(f"the recorded resource events do not break {clause} for a plain check: {problem}"[:400])
+    return Block("events", agent.index, op.step, final=True, launched=launched, ended=ended)
 
 
 def _token_checks(agent: _Agent, call: Call, output: str) -> list[Check]:

@@ -25,10 +25,11 @@ from typing import Any
 
 from hypothesis import note
 
-from stateful import repro
+from stateful import plain_checks, repro
 from stateful.clauses import CLAUSES, clause_of
 from stateful.expect import Block, NoPlainForm, Plan, plan
 from stateful.minimize import invariants_of, rule_groups, run_once
+from stateful.model import PANE_ROWS
 from stateful.recording import Op, Recorder
 
 __all__ = ["DEFAULT_CONFTEST", "NoPlainForm", "record_program", "render", "write_plain_repro", "file_name"]
@@ -51,14 +52,16 @@ def record_program(machine: type, target: Any, program: Sequence[str]) -> tuple[
     def run(state: Any) -> None:
         note(f"state = {type(state).__name__}()")
         scope = dict(namespace, state=state)
-        for number, line in ((n, x) for n, group in enumerate(groups, 1) for x in group):
-            if line == groups[number - 1][0]:  # the rule's line (by position: a program may repeat one)
-                recorder.step = (number, line)
-            try:
-                exec(line, scope)  # noqa: S102 - a line Hypothesis printed for this very machine
-            finally:
-                note(line)
-        recorder.step = (len(groups) + 1, "state.teardown()")
+        try:
+            for number, line in ((n, x) for n, group in enumerate(groups, 1) for x in group):
+                if line == groups[number - 1][0]:  # the rule's line (by position: a program may repeat one)
+                    recorder.step = (number, line)
+                try:
+                    exec(line, scope)  # noqa: S102 - a line Hypothesis printed for this very machine
+                finally:
+                    note(line)
+        finally:  # what follows, after a failing step too, is the machine's teardown
+            recorder.step = (len(groups) + 1, "state.teardown()")
 
     target.recorder = recorder
     try:
@@ -121,8 +124,29 @@ def _block(block: Block) -> list[str]:
                   f"    {a} = Agent(http_client, mock_llm_server_url, live_runner_id, harness_name, "
                   f"f'{{model_name}}-{block.agent}')"]
         return lines
+    if block.kind == "delete" and block.final:
+        return lines + [_comment(f"{where} -- session.delete (§2.9): DELETE closes all of the session's terminals, "
+                                 "so every process noted for them is gone (polled: the contract gives DELETE no bound)",
+                                 "    "),
+                        f"    {a}.delete()",
+                        f"    {a}.check_gone({block.expected!r}, 'session.delete: step {number}', within=POLL_DEADLINE)"]
     if block.kind == "delete":
         return lines + [_comment(f"{where} -- DELETE the session (the machine's teardown)", "    "), f"    {a}.delete()"]
+    if block.kind == "capture":
+        what = ("launch.server-runs (§1 launch): while a terminal lives, its tmux server runs and holds its pane"
+                if block.final else "note the processes of the terminals that now live (their tmux servers answer)")
+        return lines + [_comment(f"{where} -- {what}", "    "),
+                        f"    {a}.capture({block.expected!r}, sock{block.agent}, 'launch.server-runs: step {number}')"]
+    if block.kind == "gone":
+        return lines + [_comment(f"{where} -- close.nothing-left (§1 launch): once close returns, the terminal's tmux "
+                                 "server and every process of it are gone (checked at once)", "    "),
+                        f"    {a}.check_gone({block.expected!r}, 'close.nothing-left: step {number}')"]
+    if block.kind == "events":
+        return lines + [_comment(f"{where} -- the resource events (§2.4): "
+                                 "each launched records one created event, each closed (or exit) one deleted event "
+                                 "for the same id; ids are terminal_<safe(name)>_<safe(key)>[_n], unique among the "
+                                 "session's live terminals", "    "),
+                        f"    {a}.check_events({block.launched!r}, {block.ended!r}, base{block.agent}, 'step {number}')"]
     if block.kind == "pagination":
         return lines + [_comment(f"{where} -- items.pagination (§2.7): following after=last_id while has_more "
                                  "yields every item once, in order, each page's first_id/last_id naming its ends", "    "),
@@ -143,6 +167,23 @@ def _block(block: Block) -> list[str]:
             checks.append(f"    assert {k.expr}, {message!r} + repr(out)[:2000]")
             if k.then:
                 checks.append(f"    {k.then}")
+    if block.kind == "rows":
+        lines.append(_comment(f"{where} -- read.rows-exact (§1 read): a read holds exactly min(N, H) + {PANE_ROWS} rows, "
+                              "H the lines of history its pane holds (tmux's #{history_size}, read before and after "
+                              "the turn: the same both times, so the pane held still meanwhile)", "    "))
+        lines += [f"    sock, base = sock{block.agent}, base{block.agent}",
+                  "    deadline = time.monotonic() + POLL_DEADLINE",
+                  "    while True:",
+                  f"        held = {{p: history_size(sock[p]) for p in {block.held!r}}}",
+                  f"        outs = {a}.turn({textwrap.indent(steps, '        ').lstrip()})",
+                  "        if held == {p: history_size(sock[p]) for p in held} or time.monotonic() > deadline:",
+                  "            break",
+                  "        time.sleep(POLL_INTERVAL)",
+                  "    assert None not in held.values() and held == {p: history_size(sock[p]) for p in held}, (",
+                  (f"        f'step {number}: the panes never held still for {{POLL_DEADLINE}} s (history sizes {{held}}), "
+                   "or tmux does not answer at their sockets: read.rows-exact cannot be judged')"),
+                  *checks]
+        return lines
     if block.kind == "poll":
         kind = "the broken clause, polled as the machine did" if block.final else "an 'eventually', polled"
         lines.append(_comment(f"{where} -- {kind} (the machine ran this turn {block.repeats} times)", "    "))
@@ -168,6 +209,55 @@ def _block(block: Block) -> list[str]:
     return lines
 
 
+def _check_kinds(p: Plan) -> set[str]:
+    """Which checks beyond outputs the repro makes (keys of ``plain_checks.NEEDS``)."""
+    kinds = {"events" if b.kind == "events" else "rows" if b.kind == "rows" else "probe"
+             for b in p.blocks if b.kind in ("events", "rows", "capture", "gone") or (b.kind == "delete" and b.final)}
+    return kinds
+
+
+_METHODS = (
+    ("events", '''
+    def check_events(self, launched: list, ended: list, base: list, message: str) -> None:
+        """The session's resource events (§2.4) against every launch that said 'launched' and every
+        terminal closed; missing ones are waited for (events may follow the calls that made them)."""
+        deadline = time.monotonic() + POLL_DEADLINE
+        while True:
+            events = [i for i in self.items(1000) if i.get("type") == "resource_event"]
+            problem = events_problem(events, launched, ended, base)
+            if not (problem or "").startswith("events.recorded") or time.monotonic() >= deadline:
+                break
+            time.sleep(POLL_INTERVAL)
+        assert problem is None, f"{problem} ({message})"
+'''),
+    ("probe", '''
+    def capture(self, pairs: list, sock: dict, message: str) -> None:
+        """§1 launch: each pair's private tmux server (at the socket its launch returned) runs and holds
+        a pane. Its processes are noted, to show later that they are gone."""
+        for pair in map(tuple, pairs):
+            assert os.path.isdir(os.path.dirname(sock[pair])), (
+                f"setup: {sock[pair]!r} is no path on this machine: this test reads tmux and /proc, so it runs "
+                "on the server's machine")
+            found = terminal_processes(sock[pair])
+            assert found, f"{message}: launch said {pair} runs at {sock[pair]}, but no tmux server with a pane answers there"
+            self.noted[pair] = (sock[pair], found)
+
+    def check_gone(self, pairs: list, message: str, within: float = 0.0) -> None:
+        """No tmux server answers at the pairs' sockets and none of their noted processes runs (at
+        once, or within ``within`` seconds: polled)."""
+        deadline = time.monotonic() + within
+        while True:
+            left = {pair: leftovers(*self.noted[tuple(pair)]) for pair in pairs}
+            left = {pair: what for pair, what in left.items() if what}
+            if not left or time.monotonic() >= deadline:
+                break
+            time.sleep(POLL_INTERVAL)
+        assert not left, f"{message}: " + "; ".join(f"{pair}: {what}" for pair, what in left.items())
+'''),
+)
+"""The Agent methods each kind of check needs (inserted into the template as values: braces single)."""
+
+
 def render(p: Plan, steps: Sequence[str], failure: BaseException, conftest: str, where: str, name: str) -> str:
     """The text of the plain repro of plan ``p`` (``steps``: the shrunk program's rule lines,
     numbered as the comments number them; ``name``: the file's)."""
@@ -183,6 +273,17 @@ def render(p: Plan, steps: Sequence[str], failure: BaseException, conftest: str,
         body += _block(block)
     name = Path(name).stem
     summary = first.replace("\\", "\\\\").replace('"""', "'''")
+    kinds = _check_kinds(p)
+    imports = "".join(line for kind, line in (("rows", "import os\n"), ("probe", "import os\n"), ("events", "import re\n"),
+                                              ("probe", "import subprocess\n"), ("rows", "import subprocess\n"))
+                      if kind in kinds)
+    imports = "".join(dict.fromkeys(imports.splitlines(keepends=True)))
+    future = "from __future__ import annotations\n\n" if kinds else ""
+    typing = ("from collections import Counter\n" if "events" in kinds else "") + ("from typing import Any\n" if kinds else "")
+    methods = "".join(text for kind, text in _METHODS if kind in kinds)
+    noted = "        self.noted: dict = {}  # (terminal, session) -> (its socket, its processes): see capture()\n" \
+        if "probe" in kinds else ""
+    helpers = ("\n\n" + plain_checks.source(kinds)).rstrip("\n") + "\n" if kinds else ""
     return f'''"""Broken clause {p.clause} ({section}): {rule}.
 
 Found by the stateful tester on {stamp} against {where}; its shrunk program was:
@@ -198,9 +299,9 @@ fails while the bug is there and passes once it is fixed. It needs pytest, httpx
 module providing the CONTRACT §6 helpers and fixtures ({conftest}).
 """
 
-import json
-import time
-
+{future}import json
+{imports}import time
+{typing}
 import httpx
 
 from {conftest} import (  # noqa: F401 (fixtures are used by name)
@@ -235,7 +336,7 @@ class Agent:
                                      prompt="You are a terminal test assistant.", mock_llm_base_url=mock_url,
                                      extra_config={{"terminals": TERMINALS}})
         self.session_id = create_runner_bound_session(client, agent_name=name, runner_id=runner_id)
-
+{noted}
     def turn(self, steps: list) -> list:
         """One turn: each step is one model reply's tool calls; the parsed outputs, per step and call."""
         self.turns += 1
@@ -296,14 +397,14 @@ class Agent:
     def delete(self) -> None:
         reply = self.client.delete(f"/v1/sessions/{{self.session_id}}")
         assert reply.status_code in (200, 202, 204), reply.text
-
+{methods}
 
 def _parsed(output):
     try:
         return json.loads(output)
     except (TypeError, ValueError):
         return output
-
+{helpers}
 
 def {name}(http_client, live_runner_id, harness_name, model_name, mock_llm_server_url):
 {chr(10).join(body)}

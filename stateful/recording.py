@@ -37,7 +37,8 @@ class Op:
     terminals: Mapping[str, Any] | None = None
     """An "open": the terminals block the agent spec declared (as registered)."""
     data: Any = None
-    """A "view": the ``data`` list the server answered."""
+    """A "view": the ``data`` list the server answered; an "events": the session's ``resource_event``
+    items as the target held them then."""
 
 
 class Recorder:
@@ -58,8 +59,11 @@ class Recorder:
     def view(self, session_id: str, data: Any) -> None:
         self.ops.append(Op("view", session_id, self.step, data=data))
 
-    def events(self, session_id: str) -> None:
-        self.ops.append(Op("events", session_id, self.step))
+    def events(self, session_id: str) -> Op:
+        """A look at the events; the caller sets ``data`` once it has them."""
+        op = Op("events", session_id, self.step)
+        self.ops.append(op)
+        return op
 
     def deleted(self, session_id: str) -> None:
         self.ops.append(Op("delete", session_id, self.step))

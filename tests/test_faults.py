@@ -61,7 +61,7 @@ from stateful import workers
 from stateful.clauses import CLAUSES, clause_of
 from stateful.machine import MachineConfig, TerminalMachine
 from stateful.reference import faults
-from stateful.minimize import reproduced, shorter_failure
+from stateful.minimize import replay_program, reproduced, shorter_failure
 from stateful.plain import NoPlainForm, write_plain_repro
 from stateful.replay import run_repro
 from stateful.repro import reported_program
@@ -174,11 +174,41 @@ def hunt(kind: str, names: tuple[str, ...] = (), hypothesis_settings: settings =
                     # Hypothesis's final replay missed it), then the steps Hypothesis left, dropped if they can be
                     error = shorter_failure(FaultHunt, reproduced(FaultHunt, error))
                 if error is not None and plain_dir is not None and kind == "sessions" and clause_of(error):
-                    try:
-                        result.plain = str(write_plain_repro(plain_dir, FaultHunt, target, error))
-                    except NoPlainForm as why:
-                        result.plain = f"none: {why}"
+                    result.plain = _plain(plain_dir, FaultHunt, target, error)
             # the target is torn down here, with the faults switched off again
+    return _judged(result, error, start)
+
+
+def _plain(directory: Path, machine: type, target: Any, error: BaseException) -> str:
+    """The path of the plain repro written for ``error``, or why none was."""
+    try:
+        return str(write_plain_repro(directory, machine, target, error))
+    except NoPlainForm as why:
+        return f"none: {why}"
+
+
+def replay(fault: str, program: tuple[str, ...], plain_dir: Path, config: MachineConfig = CI_MACHINE) -> Hunt:
+    """Replay a known short ``program`` once on a fresh sessions target with ``fault`` switched on
+    (no search, no shrinking: seconds, where a hunt on that target costs minutes), and write the
+    plain repro of the failure it raises, recorded with the fault still on."""
+    start = time.monotonic()
+    result = Hunt(examples=1)
+
+    class FaultReplay(TerminalMachine):
+        """The machine itself, bound to this replay's target."""
+
+    error: BaseException | None = None
+    with ExitStack() as cleanup, faults.activated(fault):  # the target is torn down after the fault is off
+        target = cleanup.enter_context(fresh_target("sessions"))
+        FaultReplay.bind(target, config)
+        error = replay_program(FaultReplay, program)
+        if error is not None and clause_of(error):
+            result.plain = _plain(plain_dir, FaultReplay, target, error)
+    return _judged(result, error, start)
+
+
+def _judged(result: Hunt, error: BaseException | None, start: float) -> Hunt:
+    """``result`` with what the failure ``error`` (None: the run passed) says, and the time since ``start``."""
     result.seconds = round(time.monotonic() - start, 1)
     if error is not None:
         result.found = True
@@ -214,6 +244,14 @@ class Plant:
     says: str = ""
     """Words the failure's message must hold, where the clause alone does not tell the finding (a race
     that pairs outputs with the wrong calls breaks the clause of whichever call got another's output)."""
+    program: tuple[str, ...] = ()
+    """Target ``replay`` only: the known short program that the sessions target replays (no hunt)."""
+
+    @property
+    def key(self) -> str:
+        """The plant's hunt (or replay) among the Hunter's: a fault hunted on one target may be replayed
+        on another."""
+        return f"{self.fault}@{self.target}" if self.target == "replay" else self.fault
 
 
 SWAPPED_OUTPUT_CLAUSES = ("step.concurrent", "close.closed", "close.not-found", "list.result", "read.result",
@@ -260,6 +298,29 @@ Each is ``fault: (target, clause, why)``; hunt one by hand with
 SESSIONS_PLANTS = [p for p in PLANTS if p.target == "sessions"]
 """The faults of the HTTP stack: their failures are also written as plain repros."""
 
+_DECO = "Decoration(extra=(), ensure_ascii=False, spaced=False, shuffle=0)"
+PLAIN_REPLAYS = [
+    Plant("resource-id-collision", "replay", ("events.unique-ids",), program=(
+        "pairs_0 = state.start(terminal='sh', name='main')",
+        f"pairs_1 = state.id_sibling(index=0, how='padded', deco={_DECO})")),
+    Plant("close-event-lost", "replay", ("events.recorded",), program=(
+        "pairs_0 = state.start(terminal='sh', name='main')", f"state.close(pair=pairs_0, deco={_DECO})")),
+    Plant("close-leaks-server", "replay", ("close.nothing-left",), program=(
+        "pairs_0 = state.start(terminal='sh', name='main')", f"state.close(pair=pairs_0, deco={_DECO})")),
+    Plant("delete-keeps-terminals", "replay", ("session.delete",), program=(
+        "pairs_0 = state.start(terminal='sh', name='main')", "state.another_agent(same_pair=False)",
+        "state.delete_agent(agent=0)")),
+    Plant("scrollback-ignored", "replay", ("read.rows-exact",), program=(
+        "pairs_0 = state.start(terminal='bash', name='main')", "state.scroll(index=0)")),
+    Plant("read-history-short", "replay", ("read.rows-exact",), program=(
+        "pairs_0 = state.start(terminal='bash', name='main')", "state.scroll(index=0)")),
+    Plant("scrollback-capped", "replay", ("read.rows-exact",), program=(
+        "pairs_0 = state.start(terminal='bash', name='main')", "state.scroll(index=0)")),
+]
+"""Faults hunted on the direct target whose clauses (resource events, tmux and /proc ground truth)
+have a plain form: each one's program as its hunt shrinks it, replayed on the sessions target with
+the fault on, which writes its plain repro (a hunt there would cost minutes of the suite's time)."""
+
 CONTROL = Plant("", "direct", ())
 """No fault: the same hunt must pass (a few programs; the full ci run is `pytest stateful/`)."""
 CONTROL_EXAMPLES = 5
@@ -283,15 +344,15 @@ class Hunter:
         self._lock = threading.Lock()
         """Orders the start of a hunt against :meth:`close`: none starts once closing began."""
         self._pool = cf.ThreadPoolExecutor(WORKERS, thread_name_prefix="fault-hunt")
-        chosen = [*PLANTS, CONTROL] if plants is None else plants
-        self._futures = {p.fault: self._pool.submit(self._run, p) for p in chosen}
+        chosen = [*PLANTS, *PLAIN_REPLAYS, CONTROL] if plants is None else plants
+        self._futures = {p.key: self._pool.submit(self._run, p) for p in chosen}
 
-    def result(self, fault: str) -> tuple[Hunt, float, str]:
-        """(the hunt, its wall-clock seconds, the tail of its log)."""
-        return self._futures[fault].result()
+    def result(self, key: str) -> tuple[Hunt, float, str]:
+        """(the hunt or replay of ``Plant.key``, its wall-clock seconds, the tail of its log)."""
+        return self._futures[key].result()
 
     def _run(self, plant: Plant) -> tuple[Hunt, float, str]:
-        name = plant.fault or "control"
+        name = plant.key or "control"
         out, log = self._workdir / f"{name}.json", self._workdir / f"{name}.log"
         env = {k: v for k, v in os.environ.items() if k != "STATEFUL_FAULTS"}
         env["TMPDIR"] = self._temp_root
@@ -331,13 +392,13 @@ class Hunter:
 def hunter(request: pytest.FixtureRequest, terminal_leak_guard: str,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hunter]:
     """All the hunts that the selected tests need, started at once (``-k`` picks fewer)."""
-    wanted = {item.callspec.params["plant"].fault for item in request.session.items
+    wanted = {item.callspec.params["plant"].key for item in request.session.items
               if item.originalname in ("test_machine_finds_fault", "test_plain_repro_of_a_sessions_fault")}
     if any(item.originalname == "test_replay_says_which_plain_repros_are_fixed" for item in request.session.items):
-        wanted |= {p.fault for p in SESSIONS_PLANTS}
+        wanted |= {p.key for p in SESSIONS_PLANTS}
     if any(item.originalname == "test_control_without_fault_passes" for item in request.session.items):
-        wanted.add(CONTROL.fault)
-    plants = [p for p in [*PLANTS, CONTROL] if p.fault in wanted]
+        wanted.add(CONTROL.key)
+    plants = [p for p in [*PLANTS, *PLAIN_REPLAYS, CONTROL] if p.key in wanted]  # replays last: they are short
     running = Hunter(terminal_leak_guard, tmp_path_factory.mktemp("fault-hunts"), plants)
     try:
         yield running
@@ -351,13 +412,16 @@ def hunter(request: pytest.FixtureRequest, terminal_leak_guard: str,
 def test_every_fault_is_hunted_or_a_known_gap() -> None:
     hunted = [p.fault for p in PLANTS]
     assert sorted(hunted + list(GAPS)) == sorted(faults.FAULTS) and not set(hunted) & set(GAPS)
-    unknown = [c for p in PLANTS for c in p.clauses if c not in CLAUSES]
+    unknown = [c for p in [*PLANTS, *PLAIN_REPLAYS] for c in p.clauses if c not in CLAUSES]
     assert not unknown, f"plants name clauses that stateful/clauses.py does not define: {unknown}"
+    hunted_for = {p.fault: set(p.clauses) for p in PLANTS}
+    odd = [p.key for p in PLAIN_REPLAYS if not set(p.clauses) <= hunted_for.get(p.fault, set())]
+    assert not odd, f"replayed faults whose hunts do not accept the clauses their replays break: {odd}"
 
 
 @pytest.mark.parametrize("plant", PLANTS, ids=lambda p: p.fault)
 def test_machine_finds_fault(plant: Plant, hunter: Hunter, record_property: Any) -> None:
-    result, wall, log = hunter.result(plant.fault)
+    result, wall, log = hunter.result(plant.key)
     for key, value in asdict(result).items():
         if key not in ("message", "program"):
             record_property(key, value)
@@ -382,13 +446,15 @@ def stateful_imports(source: str) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("plant", SESSIONS_PLANTS, ids=lambda p: p.fault)
+@pytest.mark.parametrize("plant", [*SESSIONS_PLANTS, *PLAIN_REPLAYS], ids=lambda p: p.key)
 def test_plain_repro_of_a_sessions_fault(plant: Plant, hunter: Hunter) -> None:
-    """The hunt wrote the failure as a plain seed-style test too: it imports nothing of this project
-    (only the §6 names, from tests.e2e.conftest), fails against the faulty stack for the fault's
-    clause and passes against the correct one (replayed by the hunt, with and without the fault)."""
-    result, _wall, log = hunter.result(plant.fault)
-    assert result.plain.endswith(".py"), f"{plant.fault}: no plain repro: {result.plain}\n{log}"
+    """The hunt (or, for a fault hunted on the direct target, the replay of its short program on the
+    sessions target) wrote the failure as a plain seed-style test too: it imports nothing of this
+    project (only the §6 names, from tests.e2e.conftest), fails against the faulty stack for the
+    fault's clause and passes against the correct one (replayed by the hunt, with and without the fault)."""
+    result, _wall, log = hunter.result(plant.key)
+    assert result.clause in plant.clauses, f"{plant.key}: {result.error_type}: {result.message}\n{log}"
+    assert result.plain.endswith(".py"), f"{plant.key}: no plain repro: {result.plain}\n{log}"
     path = Path(result.plain)
     clause = result.clause.replace(".", "_").replace("-", "_")
     assert re.fullmatch(rf"test_{clause}_[0-9a-f]{{10}}\.py", path.name), path.name
@@ -408,7 +474,7 @@ def test_plain_repro_of_a_sessions_fault(plant: Plant, hunter: Hunter) -> None:
 def test_replay_says_which_plain_repros_are_fixed(hunter: Hunter, tmp_path: Path) -> None:
     """``python -m stateful replay DIR --prune`` on the plain repros of two sessions faults with one
     of them switched on: that one STILL FAILING for its clause, the other FIXED (and deleted)."""
-    written = {p.fault: Path(hunter.result(p.fault)[0].plain) for p in SESSIONS_PLANTS}
+    written = {p.fault: Path(hunter.result(p.key)[0].plain) for p in SESSIONS_PLANTS}
     assert all(path.suffix == ".py" for path in written.values()), written
     for path in written.values():
         shutil.copy(path, tmp_path / path.name)
@@ -427,7 +493,7 @@ def test_replay_says_which_plain_repros_are_fixed(hunter: Hunter, tmp_path: Path
 
 
 def test_control_without_fault_passes(hunter: Hunter) -> None:
-    result, _wall, log = hunter.result(CONTROL.fault)
+    result, _wall, log = hunter.result(CONTROL.key)
     assert not result.found, f"{result.error_type}: {result.message}\n" + "\n".join(result.program) + log
     assert result.examples >= CONTROL_EXAMPLES
 
@@ -436,14 +502,17 @@ def _main(fault: str, kind: str, budget: str, out: str) -> None:
     """One hunt in this interpreter (what Hunter runs); the result goes to ``out`` as JSON."""
     if fault == "-":
         result = hunt(kind, (), settings(CI_SETTINGS, max_examples=CONTROL_EXAMPLES))
+    elif kind == "replay":
+        plant = next(p for p in PLAIN_REPLAYS if p.fault == fault)
+        result = replay(fault, plant.program, Path(out).parent / "plain" / fault)
     else:
         plant = next(p for p in [*PLANTS, RACE] if p.fault == fault)
         result = hunt(kind, (fault,), budget=float(budget), shrinks=plant.shrinks, plain_dir=Path(out).parent / "plain")
-        if result.plain.endswith(".py"):  # replayed here, in parallel with the other hunts
-            env = {k: v for k, v in os.environ.items() if k != "STATEFUL_FAULTS"}
-            for name, faulty in (("faulty", True), ("correct", False)):
-                verdict = run_repro(Path(result.plain), env={**env, "STATEFUL_FAULTS": fault} if faulty else env)
-                result.plain_verdicts[name] = [verdict.status, verdict.detail]
+    if result.plain.endswith(".py"):  # replayed here, in parallel with the other hunts
+        env = {k: v for k, v in os.environ.items() if k != "STATEFUL_FAULTS"}
+        for name, faulty in (("faulty", True), ("correct", False)):
+            verdict = run_repro(Path(result.plain), env={**env, "STATEFUL_FAULTS": fault} if faulty else env)
+            result.plain_verdicts[name] = [verdict.status, verdict.detail]
     Path(out).write_text(json.dumps(asdict(result)), encoding="utf-8")
 
 

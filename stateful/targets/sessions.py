@@ -330,15 +330,15 @@ class HttpSession(AgentSession):
         return StepTimeout(pending, calls, timeout, self._t.where, detail=f"session {self.session_id}: {detail}"[:2000])
 
     def events(self) -> list[EventView]:
-        if self._t.recorder:
-            self._t.recorder.events(self.session_id)
+        recorded = self._t.recorder.events(self.session_id) if self._t.recorder else None
         if not self._fresh:  # right after a turn, the items fetched at its end are this moment's
             self._fetch_new()
         self._fresh = False
+        items = [item for item in self._items if item.get("type") == "resource_event"]
+        if recorded is not None:
+            recorded.data = items
         views = []
-        for item in self._items:
-            if item.get("type") != "resource_event":
-                continue
+        for item in items:
             resource = item.get("resource") if isinstance(item.get("resource"), Mapping) else {}
             terminal, session = resource.get("terminal"), resource.get("session")
             views.append(EventView(str(item.get("event_type")), str(item.get("resource_id")),

@@ -1,0 +1,145 @@
+"""The checks a plain repro carries in its own text: resource events, tmux and /proc ground truth.
+
+A plain repro (``stateful.plain``) imports nothing of this package, so the few checks that are more
+than one expression are copied into it verbatim (:func:`source`, by ``inspect.getsource``): each
+function here uses only the stdlib, takes plain data (items as the sessions API returns them,
+socket paths, pids) and names no other function of this package but the ones :data:`NEEDS` lists.
+The writer runs the same functions on what it recorded (:func:`events_problem` on the events the
+machine saw), so what a repro asserts is what was proved to fail.
+
+Ground truth is read the way a server's team can read it without this package: ``tmux -S SOCKET
+list-panes`` (a read-only command: it never starts a server) and ``/proc/<pid>/stat``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+import subprocess
+from collections import Counter
+from typing import Any
+
+__all__ = ["NEEDS", "events_problem", "history_size", "leftovers", "source", "terminal_processes"]
+
+def events_problem(events: list[Any], launched: list[Any], ended: list[Any], base: list[Any]) -> str | None:
+    """What breaks CONTRACT §2.4 in one session's ``resource_event`` items (in order), as
+    ``"<clause>: <what>"``, or None. ``launched``: the (terminal, session) of every launch that said
+    ``launched`` (one per process); ``ended``: one per such process that was closed (or exited and
+    was removed); ``base``: the server's own pairs (their events are not the client's). Call it when
+    no exit is pending: then every event is fixed, whatever order the server recorded them in."""
+    created_type, deleted_type = "session.resource.created", "session.resource.deleted"
+
+    def safe(value: str) -> str:
+        return re.sub(r"[^A-Za-z0-9_.-]+", "_", value).strip("_") or "resource"
+
+    def fits(rid: Any, pair: Any) -> bool:
+        m = re.fullmatch(re.escape(f"terminal_{safe(pair[0])}_{safe(pair[1])}") + r"(?:_(\d+))?", str(rid))
+        return m is not None and (m.group(1) is None or int(m.group(1)) >= 2)
+
+    def names(event: Any) -> Any:
+        resource = event.get("resource") if isinstance(event.get("resource"), dict) else {}
+        pair = (resource.get("terminal"), resource.get("session"))
+        return pair if all(isinstance(n, str) for n in pair) else None
+
+    base = [tuple(p) for p in base]
+    ours = [e for e in events if names(e) not in base and not (names(e) is None and any(fits(e.get("resource_id"), p)
+                                                                                     for p in base))]
+    unknown = [e.get("event_type") for e in ours if e.get("event_type") not in (created_type, deleted_type)]
+    if unknown:
+        return f"events.recorded: a resource event of unknown type {unknown[0]!r}"
+    created = [e for e in ours if e.get("event_type") == created_type]
+    deleted = [e for e in ours if e.get("event_type") == deleted_type]
+    shown = [(e.get("event_type", "").rsplit(".", 1)[-1], e.get("resource_id"), names(e)) for e in ours]
+    if len(created) != len(launched) or len(deleted) != len(ended):
+        return (f"events.recorded: {len(created)} created and {len(deleted)} deleted events, but {len(launched)} "
+                f"launches said 'launched' and {len(ended)} of those terminals were closed (one event each): {shown}")
+    if all(names(e) is not None for e in ours):
+        for kind, got, want in (("created", created, launched), ("deleted", deleted, ended)):
+            if Counter(map(names, got)) != Counter(map(tuple, want)):
+                return f"events.recorded: the {kind} events name {sorted(map(names, got))}, expected {sorted(map(tuple, want))}"
+    for e in created:
+        if not any(fits(e.get("resource_id"), p) for p in ([names(e)] if names(e) else launched)):
+            return f"events.ids: resource id {e.get('resource_id')!r} is not terminal_<safe(name)>_<safe(key)>[_n]: {shown}"
+    live = Counter(e.get("resource_id") for e in created)
+    live.subtract(e.get("resource_id") for e in deleted)
+    if any(n < 0 for n in live.values()):
+        return f"events.recorded: a deleted event names an id no created event has: {shown}"
+    shared = sorted(str(rid) for rid, n in live.items() if n > 1)
+    if shared:
+        return (f"events.unique-ids: resource id {shared[0]!r} is the id of {live[shared[0]]} live terminals "
+                f"(ids must be unique among a session's live terminals): {shown}")
+    return None
+
+
+def _stat(pid: int) -> Any:
+    """(name, state, ppid, session id, start time) of a process from /proc, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    fields = raw[raw.rfind(")") + 2:].split()
+    try:
+        return raw[raw.find("(") + 1:raw.rfind(")")], fields[0], int(fields[1]), int(fields[3]), int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def _tmux(socket: str, *args: str) -> Any:
+    """A read-only tmux command on the private server at ``socket`` (it never starts one)."""
+    return subprocess.run(["tmux", "-f", "/dev/null", "-S", socket, *args], capture_output=True, text=True,
+                          timeout=30, check=False)
+
+
+def terminal_processes(socket: str) -> Any:
+    """Every process of the terminal whose private tmux server listens at ``socket``: the server,
+    its panes' processes, their descendants and their sessions' members, as (pid, start time, name)
+    (a recycled pid is then never taken for the same process); None if no server with a pane answers."""
+    if not os.path.exists(socket):
+        return None
+    run = _tmux(socket, "list-panes", "-a", "-F", "#{pid} #{pane_pid}")
+    rows = [line.split() for line in run.stdout.splitlines() if len(line.split()) == 2]
+    if run.returncode != 0 or not rows:
+        return None
+    table = {int(p): st for p in os.listdir("/proc") if p.isdigit() and (st := _stat(int(p))) is not None}
+    server, panes = {int(r[0]) for r in rows}, {int(r[1]) for r in rows}
+    sessions = {table[p][3] for p in panes if p in table}
+    found = set(panes)
+    grew = True
+    while grew:
+        more = {p for p, st in table.items() if p not in found and p not in server and (st[2] in found or st[3] in sessions)}
+        found |= more
+        grew = bool(more)
+    return sorted((p, table[p][4], table[p][0]) for p in found | server if p in table)
+
+
+def leftovers(socket: str, processes: list[Any]) -> str:
+    """What of a terminal is still there ('' if nothing): its tmux server answering at ``socket``,
+    and those of ``processes`` (from :func:`terminal_processes`) still running (a zombie has ended)."""
+    alive = os.path.exists(socket) and _tmux(socket, "list-panes", "-a").returncode == 0
+    left = [f"{name}[{pid}]" for pid, start, name in processes
+            if (st := _stat(pid)) is not None and st[4] == start and st[1] not in ("Z", "X")]
+    return " and ".join(([f"its tmux server at {socket} still runs"] if alive else [])
+                        + ([f"processes {left} are left"] if left else []))
+
+
+def history_size(socket: str) -> Any:
+    """How many lines of history the terminal's one pane holds (tmux's ``#{history_size}``), or None."""
+    run = _tmux(socket, "list-panes", "-a", "-F", "#{history_size}") if os.path.exists(socket) else None
+    lines = run.stdout.split() if run is not None and run.returncode == 0 else []
+    return int(lines[0]) if len(lines) == 1 and lines[0].isdigit() else None
+
+
+NEEDS: dict[str, tuple[str, ...]] = {
+    "events": ("events_problem",),
+    "probe": ("_stat", "_tmux", "terminal_processes", "leftovers"),
+    "rows": ("_tmux", "history_size"),
+}
+"""The functions a repro copies for each kind of check, in an order that defines what each uses."""
+
+
+def source(kinds: set[str]) -> str:
+    """The text of the functions that checks of ``kinds`` (keys of :data:`NEEDS`) use, each once."""
+    names = list(dict.fromkeys(n for kind in NEEDS if kind in kinds for n in NEEDS[kind]))
+    return "\n\n".join(inspect.getsource(globals()[n]) for n in names)
