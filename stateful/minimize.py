@@ -176,12 +176,26 @@ def replay_program(machine: type, program: Sequence[str]) -> BaseException | Non
                 exec(line, scope)  # noqa: S102 - a line Hypothesis printed for this very machine
             finally:
                 note(line)
+            _fill_bundles(state, line, scope)
 
     try:
         run_once(machine, run)
     except BaseException as failure:  # judged by the caller
         return failure
     return None
+
+
+def _fill_bundles(state: Any, line: str, scope: dict[str, Any]) -> None:
+    """Put what a replayed step returned into its rule's bundles, as Hypothesis does when it runs the
+    rule (exec of ``pairs_0 = state.start(...)`` only binds the name): a later rule whose
+    precondition asks for a non-empty bundle (``concurrent``) then runs as it did."""
+    match, defined = _RULE.match(line), _DEFINES.match(line)
+    rule = getattr(getattr(type(state), match.group(1), None), RULE_MARKER, None) if match else None
+    if rule is None or not defined or not rule.targets:
+        return
+    values = [scope[name.strip()] for name in defined.group(1).split(",") if name.strip() in scope]
+    for target in rule.targets:
+        state.bundle(target if isinstance(target, str) else target.name).extend(values)
 
 
 def _unmet_precondition(state: Any, line: str) -> str | None:

@@ -165,3 +165,18 @@ def test_reproduced_replays_a_race_that_hypothesis_final_replay_missed(
     other = FlakyFailure("flaky", [AssertionError("not a contract violation")])
     assert reproduced(faulty_direct_machine, other) is other  # nothing to replay for: returned as it was
     assert reproduced(faulty_direct_machine, first) is first  # not flaky: untouched
+
+
+def test_a_replay_fills_the_bundles_so_concurrent_runs_as_it_did(faulty_direct_machine: type[TerminalMachine]) -> None:
+    """``concurrent`` needs a non-empty ``pairs`` bundle; a replay binds ``pairs_0`` by exec, so it
+    must also put the value in the bundle, or every program with a concurrent step would be refused
+    (and neither shrunk by the step-dropping pass nor replayed for a race)."""
+    name = faulty_direct_machine.__name__
+    program = [f"state = {name}()", "pairs_0 = state.start(terminal='bash', name='main')",
+               "pairs_1 = state.launch(agent=0, copies=1, deco=Decoration(), name='x', terminal='sh')",
+               "state.concurrent(ops=['read', 'list'], refs=[pairs_0, pairs_1])",
+               "state.read_bad_scrollback(pair=pairs_1, value=True)", "state.teardown()"]
+    failure = replay_program(faulty_direct_machine, program)
+    assert not isinstance(failure, PreconditionUnmet), failure
+    assert failure is not None and clause_of(failure) == "read.scrollback-type"
+    assert reported_program(failure) == program
