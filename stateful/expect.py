@@ -64,6 +64,9 @@ class Check:
     clause: str
     then: str = ""
     """A statement run after the assertion (remembering a launch's socket)."""
+    calls: tuple[int, ...] = ()
+    """A check of concurrent calls together: the calls (of its step) whose outputs ``out`` lists,
+    in the order issued. Empty: ``out`` is the one call's output."""
 
 
 @dataclass
@@ -105,10 +108,29 @@ class Plan:
 
 def holds(check: Check, out: Any, sock: dict[tuple[str, str], str], base: list[tuple[str, str]]) -> bool:
     """Whether ``check`` holds for a recorded output (the repro evaluates the same expression)."""
+    evaluated, value = _evaluated(check, out, sock, base)
+    return evaluated and bool(value)
+
+
+def fails(check: Check, out: Any, sock: dict[tuple[str, str], str], base: list[tuple[str, str]]) -> bool:
+    """Whether ``check`` is false for a recorded output *as an assertion*: its expression evaluates
+    (a repro whose assertion raises, e.g. for a socket no assertion before it remembered, is an
+    error, not a failure for the clause) and is false."""
+    evaluated, value = _evaluated(check, out, sock, base)
+    return evaluated and not value
+
+
+def _evaluated(check: Check, out: Any, sock: dict[tuple[str, str], str], base: list[tuple[str, str]]) -> tuple[bool, Any]:
+    """(whether ``check``'s expression evaluated without raising, its value)."""
     try:
-        return bool(eval(check.expr, {}, {"out": out, "sock": sock, "base": base}))  # noqa: S307 - our own text
+        return True, eval(check.expr, {"out": out, "sock": sock, "base": base})  # noqa: S307 - our own text
     except Exception:
-        return False
+        return False, None
+
+
+def outputs_of(check: Check, c: int, outs: Sequence[Any]) -> Any:
+    """What ``out`` is for ``check`` of call ``c`` in a step whose parsed outputs are ``outs``."""
+    return [outs[i] for i in check.calls] if check.calls else outs[c]
 
 
 def expected_token(text: str) -> str | None:
@@ -174,9 +196,7 @@ def expectation(model: SessionModel, call: Call, clause: str) -> list[Check]:
     if launches and not plain and len(launches) == 1:
         status = launches[0]["status"]
         if status == "launched":
-            return [Check(f"out == dict(terminal={t!r}, session={s!r}, tmux_socket=out.get('tmux_socket'), has_os_env=True, "
-                          f"status='launched') and isinstance(out['tmux_socket'], str) and out['tmux_socket']", clause,
-                          then=f"sock[{key}] = out['tmux_socket']")]
+            return [Check(_launched_expr("out", t, s), clause, then=f"sock[{key}] = out['tmux_socket']")]
         return [Check(f"out == dict(terminal={t!r}, session={s!r}, tmux_socket=sock[{key}], has_os_env=True, "
                       "status='already_running')", clause)]
     if launches:
@@ -188,7 +208,8 @@ def expectation(model: SessionModel, call: Call, clause: str) -> list[Check]:
     if call.tool == READ and pair is not None and isinstance(args, dict) and not plain:
         known = model.pair(t, s)
         if known is not None and known.life is Life.ALIVE and t in DECLARED:
-            return [Check(f"out['terminal'] == {t + ':' + s!r} and isinstance(out['screen'], str)", clause)]
+            return [Check(f"isinstance(out, dict) and out.get('terminal') == {t + ':' + s!r} "
+                          "and isinstance(out.get('screen'), str)", clause)]
     return []
 
 
@@ -199,9 +220,71 @@ def _list_expectation(model: SessionModel, clause: str) -> list[Check]:
     if len({min(p.order) for p in pairs}) != len(pairs) or any(len(p.order) > 1 for p in pairs):
         return []  # concurrent launches: their order is the server's
     rows = ", ".join(f"({p.terminal!r}, {p.session!r}, True, sock[{p.key!r}])" for p in pairs)
-    return [Check("[(e['terminal'], e['session']) for e in out[:len(base)]] == base and "
-                  f"[(e['terminal'], e['session'], e['running'], e['tmux_socket']) for e in out[len(base):]] == [{rows}]",
-                  clause)]
+    return [Check("isinstance(out, list) and all(isinstance(e, dict) for e in out) and "
+                  "[(e.get('terminal'), e.get('session')) for e in out[:len(base)]] == base and "
+                  f"[(e.get('terminal'), e.get('session'), e.get('running'), e.get('tmux_socket')) for e in out[len(base):]] "
+                  f"== [{rows}]", clause)]
+
+
+def _launched_expr(o: str, terminal: str, session: str) -> str:
+    """``o`` (a name) is a launch output that says ``launched``, with a socket."""
+    return (f"isinstance({o}, dict) and {o} == dict(terminal={terminal!r}, session={session!r}, "
+            f"tmux_socket={o}.get('tmux_socket'), has_os_env=True, status='launched') "
+            f"and isinstance({o}['tmux_socket'], str) and {o}['tmux_socket']")
+
+
+def step_checks(model: SessionModel, calls: Sequence[Call], clauses: Sequence[str]) -> dict[int, list[Check]]:
+    """What the contract fixes about the outputs of one step (one model reply, whose calls run
+    concurrently) **whatever order the server ran them in**: call -> its checks, from ``model``
+    (the state before the step). ``clauses``: each call's clause (the one its judgement named).
+
+    Calls on distinct pairs commute, so each such call is checked on its own, as if it ran first.
+    Concurrent launches of one pair (``launch`` with ``copies``) are checked together
+    (:func:`_concurrent_launches`): which of them says ``launched`` is the server's choice. Nothing is
+    asserted about a list that runs with other calls (it may see them before or after), about the
+    calls of a step holding such a list, nor about other calls of one pair in one step."""
+    found: dict[int, list[Check]] = {}
+    if len(calls) == 1:
+        found[0] = expectation(model, calls[0], clauses[0])
+        return found
+    if any(c.tool == LIST for c in calls):
+        return found
+    pairs = [addressed_pair(c) for c in calls]
+    for c, call in enumerate(calls):
+        group = [i for i, p in enumerate(pairs) if p is not None and p == pairs[c]] or [c]
+        if group[0] != c:
+            continue  # checked with the first of its pair
+        if len(group) == 1:
+            found[c] = expectation(model, call, clauses[c])
+        else:
+            found.update(_concurrent_launches(model, calls, group, [clauses[i] for i in group]))
+    return found
+
+
+def _concurrent_launches(model: SessionModel, calls: Sequence[Call], group: list[int],
+                         clauses: Sequence[str]) -> dict[int, list[Check]]:
+    """The checks of the same launch issued several times at once (CONTRACT §1: one process starts;
+    exactly one says ``launched``, the others ``already_running`` with its socket; which one is the
+    server's choice). A launch that would not start a process (the pair runs, or an error) leaves
+    the state as it was, so each copy gets the answer it would get alone. Other calls of one pair in
+    one step get no check."""
+    if any(calls[i].tool != LAUNCH or calls[i].arguments != calls[group[0]].arguments for i in group):
+        return {}
+    alone = expectation(model, calls[group[0]], clauses[0])
+    if not (len(alone) == 1 and alone[0].then):  # no "launched" expected: every copy answers alike
+        return {i: alone for i in group}
+    t, s = addressed_pair(calls[group[0]]) or ("", "")
+    key = repr((t, s))
+    launched = _launched_expr("o", t, s)
+    fresh = {"terminal": t, "session": s, "tmux_socket": _NEW_SOCKET, "has_os_env": True, "status": "launched"}
+    clause = judge(model, calls[group[0]], json.dumps(fresh)).clause  # launch.one-launched, or .relaunch
+    together = tuple(group)
+    return {group[0]: [
+        Check(f"any({launched} for o in out)", clause, calls=together,
+              then=f"sock[{key}] = next(o for o in out if {launched})['tmux_socket']"),
+        Check(f"sum(o == dict(terminal={t!r}, session={s!r}, tmux_socket=sock[{key}], has_os_env=True, "
+              f"status='already_running') for o in out) == {len(group) - 1}", "launch.already-running", calls=together),
+    ]}
 
 
 @dataclass
@@ -344,18 +427,19 @@ def _turn(agent: _Agent, run: list[Op], clause: str, *, is_last: bool) -> tuple[
             _final_checks(block, agent, model, s, calls, outs, clause)
             block.final = True
             return block, True
-        single = len(calls) == 1
-        for c, (call, j) in enumerate(zip(calls, judged)):
-            if single or (call.tool != LIST and sum(addressed_pair(x) == addressed_pair(call) for x in calls) == 1
-                          and not any(x.tool == LIST for x in calls)):
-                found = expectation(model, call, j.clause or clause)
-                found = [k for k in found if holds(k, _parsed(outs[c]), agent.sock, agent.base)]
-                if call.tool == READ and block.kind == "poll":
-                    found += _token_checks(agent, call, outs[c])
-                for k in found:
+        values = [_parsed(o) for o in outs]
+        for c, candidates in step_checks(model, calls, [j.clause or clause for j in judged]).items():
+            found = []
+            for k in candidates:  # in order: a launch's check remembers the socket the next ones use
+                out = outputs_of(k, c, values)
+                if holds(k, out, agent.sock, agent.base):
+                    found.append(k)
                     if k.then:
-                        exec(k.then, {}, {"out": _parsed(outs[c]), "sock": agent.sock})  # noqa: S102 - our own text
-                block.checks[(s, c)] = found
+                        exec(k.then, {"out": out, "sock": agent.sock})  # noqa: S102 - our own text
+            if calls[c].tool == READ and block.kind == "poll":
+                found += _token_checks(agent, calls[c], outs[c])
+            block.checks[(s, c)] = found
+        for call in calls:
             if call.tool == SEND and (pair := addressed_pair(call)):
                 text = (_args(call) or {}).get("text")
                 agent.typed[pair] = agent.typed.get(pair, "") + (text if isinstance(text, str) else "")
@@ -442,16 +526,23 @@ def _token_checks(agent: _Agent, call: Call, output: str) -> list[Check]:
 
 def _final_checks(block: Block, agent: _Agent, model: SessionModel, s: int, calls: Sequence[Call],
                   outs: Sequence[str], clause: str) -> None:
-    """The assertion of the broken clause on the step that broke it (judged in the order issued)."""
-    for c, call in enumerate(calls):
-        found = [replace(k, clause=clause) for k in expectation(model, call, clause)]
-        if found and not all(holds(k, _parsed(outs[c]), agent.sock, agent.base) for k in found):
-            block.checks[(s, c)] = found
-            return
-        try:
-            model = judge(model, call, outs[c]).model
-        except ContractViolation:
-            pass
+    """The assertion of the broken clause on the step that broke it: the first of the step's checks
+    (:func:`step_checks`: what holds whatever order a correct server ran the calls in) that is false
+    on the recorded outputs, after those it needs (a launch's that remembers the socket)."""
+    values = [_parsed(o) for o in outs]
+    sock = dict(agent.sock)
+    for c, candidates in step_checks(model, calls, [clause] * len(calls)).items():
+        kept: list[Check] = []
+        for k in candidates:
+            out = outputs_of(k, c, values)
+            if fails(k, out, sock, agent.base):
+                block.checks[(s, c)] = [*kept, replace(k, clause=clause)]
+                return
+            if not holds(k, out, sock, agent.base):
+                break  # it raises on what was recorded: no assertion to state
+            kept.append(k)
+            if k.then:
+                exec(k.then, {"out": out, "sock": sock})  # noqa: S102 - our own text
     raise NoPlainForm(f"no assertion this writer can state fails on the recorded outputs for {clause}")
 
 

@@ -27,7 +27,7 @@ from hypothesis import note
 
 from stateful import plain_checks, repro
 from stateful.clauses import CLAUSES, clause_of
-from stateful.expect import Block, NoPlainForm, Plan, plan
+from stateful.expect import Block, Check, NoPlainForm, Plan, plan
 from stateful.minimize import invariants_of, rule_groups, run_once
 from stateful.model import PANE_ROWS
 from stateful.recording import Op, Recorder
@@ -114,6 +114,17 @@ def _steps_literal(steps: Sequence[Sequence[Any]]) -> str:
     return "[\n" + rows + ",\n    ]"
 
 
+def _outputs(check: Check, s: int, c: int) -> str:
+    """The expression of what ``out`` is for ``check`` of call ``c`` of step ``s`` (``outs[s][c]``,
+    or the list of the outputs of the concurrent calls it checks together)."""
+    if not check.calls:
+        return f"outs[{s}][{c}]"
+    first, last = check.calls[0], check.calls[-1]
+    if list(check.calls) == list(range(first, last + 1)):
+        return f"outs[{s}][{first}:{last + 1}]"
+    return f"[outs[{s}][i] for i in {check.calls!r}]"
+
+
 def _block(block: Block) -> list[str]:
     a = f"a{block.agent}"
     number, line = block.step
@@ -162,8 +173,9 @@ def _block(block: Block) -> list[str]:
         call = block.steps[s][c]
         for k in found:
             short = call.tool.removeprefix("sys_terminal_")
-            message = f"{k.clause}: step {number}, {short}({call.arguments[:80]}) -> "
-            checks.append(f"    out = outs[{s}][{c}]")
+            together = f"{len(k.calls)} concurrent " if k.calls else ""
+            message = f"{k.clause}: step {number}, {together}{short}({call.arguments[:80]}) -> "
+            checks.append(f"    out = {_outputs(k, s, c)}")
             checks.append(f"    assert {k.expr}, {message!r} + repr(out)[:2000]")
             if k.then:
                 checks.append(f"    {k.then}")
@@ -187,7 +199,7 @@ def _block(block: Block) -> list[str]:
     if block.kind == "poll":
         kind = "the broken clause, polled as the machine did" if block.final else "an 'eventually', polled"
         lines.append(_comment(f"{where} -- {kind} (the machine ran this turn {block.repeats} times)", "    "))
-        conditions = ", ".join(f"(lambda out: {k.expr})(outs[{s}][{c}])"
+        conditions = ", ".join(f"(lambda out: {k.expr})({_outputs(k, s, c)})"
                                for (s, c), found in sorted(block.checks.items()) for k in found)
         lines += [f"    sock, base = sock{block.agent}, base{block.agent}",
                   "    deadline = time.monotonic() + POLL_DEADLINE",

@@ -316,10 +316,15 @@ PLAIN_REPLAYS = [
         "pairs_0 = state.start(terminal='bash', name='main')", "state.scroll(index=0)")),
     Plant("scrollback-capped", "replay", ("read.rows-exact",), program=(
         "pairs_0 = state.start(terminal='bash', name='main')", "state.scroll(index=0)")),
+    Plant("double-launch", "replay", ("launch.already-running",), program=(
+        "pairs_0 = state.start(terminal='sh', name='main')",
+        f"pairs_1 = state.launch(agent=0, copies=2, deco={_DECO}, name='x', terminal='sh')")),
 ]
-"""Faults hunted on the direct target whose clauses (resource events, tmux and /proc ground truth)
-have a plain form: each one's program as its hunt shrinks it, replayed on the sessions target with
-the fault on, which writes its plain repro (a hunt there would cost minutes of the suite's time)."""
+"""Faults hunted on the direct target whose clauses (resource events, tmux and /proc ground truth,
+concurrent launches) have a plain form: each one's program as its hunt shrinks it, replayed on the
+sessions target with the fault on, which writes its plain repro (a hunt there would cost minutes of
+the suite's time). ``double-launch``: the repro checks the concurrent launches together, so it
+passes whichever of them a correct server answers ``launched``."""
 
 CONTROL = Plant("", "direct", ())
 """No fault: the same hunt must pass (a few programs; the full ci run is `pytest stateful/`)."""

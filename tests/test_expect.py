@@ -1,0 +1,144 @@
+"""Plain repros of concurrent calls, offline: the writer's text run on scripted outputs.
+
+A plain repro (``stateful.plain``) is written from a recorded program (``stateful.expect`` judges the
+recorded turns again). Here the recordings are made up, the repro is rendered as the writer renders
+it, and its test function is run with a fake ``Agent`` whose turns return scripted outputs instead of
+asking a server: the outputs of the buggy server (the repro must fail for the clause, by an
+assertion, not by an error in the repro) and those of a correct server in every order its
+concurrent calls may complete in (the repro must pass). CONTRACT §1: concurrent launches of one pair
+start one process, exactly one says ``launched`` and the others ``already_running`` with its socket.
+tests/test_faults.py proves the same on the embedded stack (``double-launch``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from stateful.expect import Check, fails, holds, plan
+from stateful.model import Call
+from stateful.plain import render
+from stateful.recording import Op
+
+SID = "s-1"
+LAUNCH, LIST, READ = "sys_terminal_launch", "sys_terminal_list", "sys_terminal_read"
+MAIN = json.dumps({"terminal": "bash", "session": "main"})
+X = json.dumps({"terminal": "bash", "session": "x"})
+
+
+def launch(session: str, socket: str, status: str) -> str:
+    return json.dumps({"terminal": "bash", "session": session, "tmux_socket": socket, "has_os_env": True,
+                       "status": status})
+
+
+def listed(*rows: tuple[str, str]) -> str:
+    return json.dumps([{"terminal": "bash", "session": s, "command": "bash", "running": True, "has_os_env": True,
+                        "tmux_socket": sock} for s, sock in rows])
+
+
+def turn(step: tuple[int, str], calls: list[list[Call]], outputs: list[list[str]]) -> Op:
+    return Op("turn", SID, step, steps=calls, outputs=outputs)
+
+
+START = (1, "pairs_0 = state.start(terminal='bash', name='main')")
+COPIES = (2, "state.launch(agent=0, copies=2, terminal='bash', name='x', deco=...)")
+AGAIN = (3, "state.launch_again(pair=pairs_1, deco=...)")
+
+
+def opening() -> list[Op]:
+    """The first agent session, its baseline, and a pair ``main`` launched at /s/main."""
+    return [Op("open", SID, START, terminals={"bash": {"command": "bash"}}),
+            turn(START, [[Call(LIST, "{}")]], [["[]"]]),
+            turn(START, [[Call(LAUNCH, MAIN)], [Call(LIST, "{}")]],
+                 [[launch("main", "/s/main", "launched")], [listed(("main", "/s/main"))]])]
+
+
+def copies(first: str, second: str, socket: str = "/s/x", other: str = "/s/x") -> Op:
+    """launch(copies=2) of ``x``: the two answers, then a list."""
+    return turn(COPIES, [[Call(LAUNCH, X), Call(LAUNCH, X)], [Call(LIST, "{}")]],
+                [[launch("x", socket, first), launch("x", other, second)],
+                 [listed(("main", "/s/main"), ("x", socket))]])
+
+
+class ScriptedAgent:
+    """The repro's Agent, its turns answered from ``script`` (one list of outputs per step)."""
+
+    def __init__(self, script: Iterator[list[list[str]]], *_: Any) -> None:
+        self.script = script
+
+    def turn(self, steps: list) -> list:
+        outputs = next(self.script)
+        assert [len(s) for s in outputs] == [len(s) for s in steps], (steps, outputs)
+        return [[json.loads(o) for o in step] for step in outputs]
+
+
+def run_repro(text: str, script: list[list[list[str]]]) -> None:
+    """Run the rendered repro's test function on ``script`` (every turn's outputs, in order)."""
+    namespace: dict[str, Any] = {"__name__": "plain_repro_under_test"}
+    exec(compile(text, "<plain repro>", "exec"), namespace)  # noqa: S102 - the writer's own output
+    turns = iter(script)
+    namespace["Agent"] = lambda *args: ScriptedAgent(turns, *args)
+    test = next(v for k, v in namespace.items() if k.startswith("test_") and callable(v))
+    test(None, "runner", "harness", "model", "http://mock")
+    assert next(turns, None) is None, "the repro did not run every turn"
+
+
+def written(ops: list[Op], clause: str, program: list[str]) -> str:
+    return render(plan(ops, clause), program, AssertionError(f"{clause}: made up"), "tests.e2e.conftest",
+                  "http://test", "test_made_up_0123456789.py")
+
+
+def outputs(ops: list[Op]) -> list[list[list[str]]]:
+    return [op.outputs for op in ops if op.kind == "turn"]
+
+
+def failure(text: str, script: list[list[list[str]]]) -> str:
+    """The message of the assertion the repro fails with (an error of another kind propagates)."""
+    with pytest.raises(AssertionError) as caught:
+        run_repro(text, script)
+    return str(caught.value)
+
+
+def test_two_concurrent_launches_that_both_say_launched_fail_for_the_clause_whichever_order() -> None:
+    ops = [*opening(), copies("launched", "launched", "/s/x1", "/s/x2")]
+    text = written(ops, "launch.already-running", [START[1], COPIES[1]])
+    assert "outs[0][0:2]" in text  # both launches are checked together
+    recorded = outputs(ops)
+    assert failure(text, recorded).startswith("launch.already-running: step 2, 2 concurrent launch(")
+    fine = recorded[:2]
+    for first, second in (("launched", "already_running"), ("already_running", "launched")):
+        run_repro(text, [*fine, copies(first, second).outputs])  # a correct server, either order
+    both_running = [*fine, copies("already_running", "already_running").outputs]
+    assert failure(text, both_running).startswith("launch.one-launched: step 2, 2 concurrent launch(")
+    other_socket = [*fine, copies("launched", "already_running", "/s/x", "/s/elsewhere").outputs]
+    assert failure(text, other_socket).startswith("launch.already-running: step 2")
+
+
+@pytest.mark.parametrize("launched_first", [True, False], ids=["launched-first", "launched-second"])
+def test_the_socket_of_concurrent_launches_is_remembered_for_the_checks_after_them(launched_first: bool) -> None:
+    """The repro of the campaign's program: a pair launched by concurrent copies, then a launch the
+    server wrongly answers ``launched``: the final assertion compares with the socket the copies
+    returned (it raised KeyError when the first copy's answer was not asserted)."""
+    order = ("launched", "already_running") if launched_first else ("already_running", "launched")
+    again = turn(AGAIN, [[Call(LAUNCH, X)], [Call(LIST, "{}")]],
+                 [[launch("x", "/s/x-new", "launched")], [listed(("main", "/s/main"), ("x", "/s/x-new"))]])
+    ops = [*opening(), copies(*order), again]
+    text = written(ops, "launch.already-running", [START[1], COPIES[1], AGAIN[1]])
+    recorded = outputs(ops)
+    assert failure(text, recorded).startswith("launch.already-running: step 3, launch(")
+    swapped = copies(*reversed(order)).outputs
+    correct = [[launch("x", "/s/x", "already_running")], [listed(("main", "/s/main"), ("x", "/s/x"))]]
+    run_repro(text, [*recorded[:2], swapped, correct])
+    # the list after the copies is asserted too, with the socket they returned
+    wrong_list = [swapped[0], [listed(("main", "/s/main"), ("x", "/s/other"))]]
+    assert failure(text, [*recorded[:2], wrong_list, correct]).startswith("list.registered: step 2")
+
+
+def test_an_assertion_that_raises_is_not_taken_for_one_that_fails() -> None:
+    """The final assertion must fail on the recorded outputs by being false: one that raises (a
+    socket no assertion before it remembered) would make the repro an error, not a failure."""
+    check = Check("out == sock[('bash', 'x')]", "launch.already-running")
+    assert fails(check, "/s/x1", {("bash", "x"): "/s/x2"}, []) and not holds(check, "/s/x1", {("bash", "x"): "/s/x2"}, [])
+    assert not fails(check, "/s/x1", {}, []) and not holds(check, "/s/x1", {}, [])
