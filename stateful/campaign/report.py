@@ -122,7 +122,10 @@ def markdown(report: CampaignReport) -> str:
     if not report.failures:
         lines.append("None.")
     for f in report.failures:
-        shrunk = (f"shrunk to {f['steps_shrunk']} steps in {f.get('shrink_s')} s" if f.get("steps_shrunk") is not None
+        split = f.get("shrink_split_s") or {}
+        spent = (f" (Hypothesis's shrinking and replays {split.get('hypothesis')} s, step dropping "
+                 f"{split.get('drop_steps')} s, writing the repros {split.get('repros')} s)" if split else "")
+        shrunk = (f"shrunk to {f['steps_shrunk']} steps in {f.get('shrink_s')} s{spent}" if f.get("steps_shrunk") is not None
                   else "not shrunk (the budget ended first)")
         lines += [f"### `{f['clause']}`", "",
                   f"found after {f.get('first_seen_s')} s in program {f.get('program')} of worker {f.get('worker')} "

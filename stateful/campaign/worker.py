@@ -184,8 +184,10 @@ class Worker:
             if key not in self.gate.run_claims or any(f["clause"] == key for f in self.failures):
                 continue
             shrunk = failure
-            if clause_of(failure) and time.time() < self.config.deadline:
+            searched = time.time()
+            if clause_of(failure) and searched < self.config.deadline:
                 shrunk = shorter_failure(machine, failure, deadline=self.config.deadline)
+            dropped = time.time()
             program = reported_program(shrunk)
             repro = None
             plain = None
@@ -194,12 +196,15 @@ class Worker:
                 plain = self.plain_repro(machine, target, shrunk)
             claim = seen.info(self.run_dir / "seen", key)
             written = round(time.time() - self.config.started, 1)
+            seen_at = self.config.started + float(claim.get("first_seen_s", searched - self.config.started))
+            split = {"hypothesis": round(searched - seen_at, 1), "drop_steps": round(dropped - searched, 1),
+                     "repros": round(written + self.config.started - dropped, 1)}
             self.failures.append({
                 "clause": key, "message": first_line(shrunk), "first_seen_s": claim.get("first_seen_s"),
                 "steps_found": claim.get("steps_found"),
                 "steps_shrunk": len(rule_groups(program, invariants_of(machine))) if program else None,
                 "shrink_s": round(written - claim["first_seen_s"], 1) if "first_seen_s" in claim else None,
-                "repro": repro, "plain": plain, "shrunk_s": written,
+                "repro": repro, "plain": plain, "shrunk_s": written, "shrink_split_s": split,
                 "report": _report(shrunk), "worker": self.index, "program": claim.get("program"),
             })
             self.save()
