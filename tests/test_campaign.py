@@ -335,5 +335,6 @@ def test_coverage_counts_the_machines_labels_not_hypothesis_own_events() -> None
     """Hypothesis records a filter's retries as events holding the strategy's whole repr; a report's
     coverage lists what programs exercised, so those are left out."""
     events = {"clause: send.sent": "", "Retried draw from sampled_from([Rule(...)]).filter(f) to satisfy filter": "",
-              "read: error scrollback": "", "Aborted test because unable to satisfy sampled_from(...)": ""}
+              "read: error scrollback": "", "Aborted test because unable to satisfy sampled_from(...)": "",
+              "Draw for recursive(...) exceeded max_leaves=5 and had to be retried": ""}
     assert program_labels(events) == ["clause: send.sent", "read: error scrollback"]

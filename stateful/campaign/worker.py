@@ -215,8 +215,10 @@ class Worker:
         its path, or why there is none."""
         from stateful.plain import NoPlainForm, write_plain_repro
 
-        if target.name != "sessions" or time.time() >= self.config.deadline:
+        if target.name != "sessions":
             return None
+        if time.time() >= self.config.deadline:
+            return "none: the budget ended before it was written"
         try:
             return str(write_plain_repro(Path(self.config.repro_dir or "."), machine, target, failure))
         except NoPlainForm as why:
