@@ -223,9 +223,12 @@ def _block(block: Block) -> list[str]:
 
 def _check_kinds(p: Plan) -> set[str]:
     """Which checks beyond outputs the repro makes (keys of ``plain_checks.NEEDS``)."""
-    kinds = {"events" if b.kind == "events" else "rows" if b.kind == "rows" else "probe"
-             for b in p.blocks if b.kind in ("events", "rows", "capture", "gone") or (b.kind == "delete" and b.final)}
-    return kinds
+    return {"events" if b.kind == "events" else "rows" if b.kind == "rows" else "probe"
+            for b in p.blocks if b.kind in ("events", "rows", "capture", "gone") or (b.kind == "delete" and b.final)}
+
+
+_MODULES = {"events": ("re",), "probe": ("os", "subprocess"), "rows": ("os", "subprocess")}
+"""The stdlib modules each kind of check's copied functions import (besides json and time)."""
 
 
 _METHODS = (
@@ -286,10 +289,7 @@ def render(p: Plan, steps: Sequence[str], failure: BaseException, conftest: str,
     name = Path(name).stem
     summary = first.replace("\\", "\\\\").replace('"""', "'''")
     kinds = _check_kinds(p)
-    imports = "".join(line for kind, line in (("rows", "import os\n"), ("probe", "import os\n"), ("events", "import re\n"),
-                                              ("probe", "import subprocess\n"), ("rows", "import subprocess\n"))
-                      if kind in kinds)
-    imports = "".join(dict.fromkeys(imports.splitlines(keepends=True)))
+    imports = "".join(f"import {module}\n" for module in sorted({m for kind in kinds for m in _MODULES[kind]}))
     future = "from __future__ import annotations\n\n" if kinds else ""
     typing = ("from collections import Counter\n" if "events" in kinds else "") + ("from typing import Any\n" if kinds else "")
     methods = "".join(text for kind, text in _METHODS if kind in kinds)

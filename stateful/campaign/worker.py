@@ -195,16 +195,16 @@ class Worker:
                 repro = str(write_repro(Path(self.config.repro_dir), target.name, shrunk))
                 plain = self.plain_repro(machine, target, shrunk)
             claim = seen.info(self.run_dir / "seen", key)
-            written = round(time.time() - self.config.started, 1)
+            now = time.time()
             seen_at = self.config.started + float(claim.get("first_seen_s", searched - self.config.started))
             split = {"hypothesis": round(searched - seen_at, 1), "drop_steps": round(dropped - searched, 1),
-                     "repros": round(written + self.config.started - dropped, 1)}
+                     "repros": round(now - dropped, 1)}
             self.failures.append({
                 "clause": key, "message": first_line(shrunk), "first_seen_s": claim.get("first_seen_s"),
                 "steps_found": claim.get("steps_found"),
                 "steps_shrunk": len(rule_groups(program, invariants_of(machine))) if program else None,
-                "shrink_s": round(written - claim["first_seen_s"], 1) if "first_seen_s" in claim else None,
-                "repro": repro, "plain": plain, "shrunk_s": written, "shrink_split_s": split,
+                "shrink_s": round(now - seen_at, 1) if "first_seen_s" in claim else None,
+                "repro": repro, "plain": plain, "shrunk_s": round(now - self.config.started, 1), "shrink_split_s": split,
                 "report": _report(shrunk), "worker": self.index, "program": claim.get("program"),
             })
             self.save()
