@@ -23,6 +23,9 @@ class ContractViolation(AssertionError):
     message starts with it."""
 
     clause: str = ""
+    triggers: tuple[str, ...] = ()
+    """The inputs that provoked it, where one did (:mod:`stateful.steering`): a campaign that knows
+    this violation stops drawing them."""
 
 
 @dataclass(frozen=True)
@@ -121,11 +124,14 @@ def clause(clause_id: str) -> Clause:
     return CLAUSES[clause_id]
 
 
-def violation(clause_id: str, headline: str, *details: str) -> ContractViolation:
+def violation(clause_id: str, headline: str, *details: str, triggers: tuple[str, ...] = ()) -> ContractViolation:
     """The violation of ``clause_id``: ``"<id>: <headline>"`` on the first line, then ``details``."""
     kind = CLAUSES[clause_id].violation
     first = " ".join(headline.split("\n"))
-    return kind("\n".join([f"{clause_id}: {first}", *details]))
+    error = kind("\n".join([f"{clause_id}: {first}", *details]))
+    if triggers:
+        error.triggers = tuple(triggers)
+    return error
 
 
 def clause_of(error: BaseException) -> str | None:
@@ -133,9 +139,9 @@ def clause_of(error: BaseException) -> str | None:
     return getattr(error, "clause", None) or None if isinstance(error, ContractViolation) else None
 
 
-def fail(clause_id: str, headline: str, *details: str) -> NoReturn:
+def fail(clause_id: str, headline: str, *details: str, triggers: tuple[str, ...] = ()) -> NoReturn:
     """Raise the violation of ``clause_id``. Every violation is raised by this one line (and never
     while another exception is being handled), so that Hypothesis, which tells failures apart by
     exception type and raise site, tells them apart by clause alone: the same bug seen by two
     checks is one failure, and a replay that meets it elsewhere is not "inconsistent"."""
-    raise violation(clause_id, headline, *details)
+    raise violation(clause_id, headline, *details, triggers=triggers)

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from stateful import checks
-from stateful import driving
+from stateful import driving, steering
 from stateful import strategies as gen
 from stateful.after_turn import await_gone, check_private_servers, check_view, run_turn
 from stateful.clauses import fail
@@ -224,7 +224,7 @@ class TerminalMachine(RuleBasedStateMachine):
     # -- rules: launch ------------------------------------------------------------------------------
 
     @rule(target=pairs, agent=AGENT, terminal=st.sampled_from(DECLARED), name=gen.session_names(),
-          copies=st.sampled_from((1, 1, 1, 2, 3, 4)), deco=gen.decorations())
+          copies=gen.launch_copies(), deco=gen.decorations())
     def launch(self, agent: int, terminal: str, name: str, copies: int, deco: gen.Decoration) -> PairRef:
         """Launch a pair; ``copies`` > 1 issues that many launches in ONE reply (one process must start)."""
         a = self._agent(agent)
@@ -242,7 +242,7 @@ class TerminalMachine(RuleBasedStateMachine):
 
     # -- rules: typing ------------------------------------------------------------------------------
 
-    @rule(pair=pairs, plan=gen.send_plans(), semicolon=st.booleans(), deco=gen.decorations())
+    @rule(pair=pairs, plan=gen.send_plans(), semicolon=gen.marker_semicolons(), deco=gen.decorations())
     def marker(self, pair: PairRef, plan: gen.SendPlan, semicolon: bool, deco: gen.Decoration) -> None:
         """Echo a unique marker, typed in chunks; it must show in this pair (and never elsewhere)."""
         live = self._live_shell(pair)
@@ -326,7 +326,7 @@ class TerminalMachine(RuleBasedStateMachine):
         args = pair_args(pair) if scrollback is ... else pair_args(pair, scrollback=scrollback)
         self._turn(self._agent_of(pair), [[tool_call(READ, args, deco)]])
 
-    @rule(pair=pairs, value=st.one_of(st.booleans(), st.sampled_from(gen.INVALID_SCROLLBACK)))
+    @rule(pair=pairs, value=gen.bad_scrollbacks())
     def read_bad_scrollback(self, pair: PairRef, value: Any) -> None:
         """A scrollback that is not a non-negative integer (booleans first: JSON true is no integer)."""
         self._turn(self._agent_of(pair), [[tool_call(READ, pair_args(pair, scrollback=value))]])
@@ -464,6 +464,7 @@ class TerminalMachine(RuleBasedStateMachine):
         a = self._agent_of(pair)
         self._turn(a, [[tool_call(tool, args)], list_step()] if tool in (LAUNCH, CLOSE) else [[tool_call(tool, args)]])
 
+    @precondition(lambda self: not steering.avoided("server-terminals"))
     @rule(agent=AGENT, tool=st.sampled_from((SEND, READ, CLOSE, LAUNCH)))
     def server_made(self, agent: int, tool: str) -> None:
         """The server's own terminals (the baseline) are never addressable; list keeps showing them."""

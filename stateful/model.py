@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any, NoReturn
 
+from stateful import steering
 from stateful.clauses import ContractViolation, fail
 
 __all__ = [
@@ -248,7 +249,8 @@ def _fail(clause_id: str, call: Call, output: str, why: str, model: SessionModel
     details = [f"  call:   {call!r}", f"  output: {_short(output)}"]
     if model is not None:
         details.append(f"  model:  {describe(model)}")
-    fail(clause_id, f"{call!r} -> {_short(output, 160)}: {why}", *details)
+    fail(clause_id, f"{call!r} -> {_short(output, 160)}: {why}", *details,
+         triggers=steering.call_triggers(clause_id, call.tool, call.arguments))
 
 
 def describe(model: SessionModel) -> str:
@@ -674,9 +676,11 @@ def judge_step(model: SessionModel, calls: Sequence[Call], outputs: Sequence[str
                 raise explained.error
             clause = explained.error.clause or "step.concurrent"
             first, *details = str(explained.error).split("\n")
+            launched = [addressed_pair(calls[i]) for i in group if calls[i].tool == "sys_terminal_launch"]
+            copies = ("launch-copies",) if len(launched) > len(set(launched)) else ()
             fail(clause, f"no sequential order of the {len(calls)} concurrent calls explains their outputs; "
                          f"the order that explains most of them breaks here: {first.removeprefix(clause + ': ')}",
-                 *details)
+                 *details, triggers=tuple(sorted({*explained.error.triggers, *copies})))
         for i, j in explained.items():
             found[i] = j
             m = j.model

@@ -22,6 +22,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from stateful import steering
+
 __all__ = [
     "NAMED_KEYS",
     "Decoration",
@@ -165,12 +167,19 @@ of the text, or a separate send that only presses Enter (keys "Enter", text "" o
 class SendPlan(OneLine):
     cuts: tuple[Cut, ...] = ()
     finish: str = "default"
+    no_edges: str = ""
+    """Characters no cut may leave at a chunk's edge: ``;`` at its end, ``-`` at its start (a
+    campaign steering away from a known deviation, :mod:`stateful.steering`; drawn, so printed)."""
+
+    def __repr__(self) -> str:
+        edges = f", no_edges={self.no_edges!r}" if self.no_edges else ""
+        return f"SendPlan(cuts={self.cuts!r}, finish={self.finish!r}{edges})"
 
 
 @st.composite
 def send_plans(draw: st.DrawFn) -> SendPlan:
     cuts = draw(st.lists(st.builds(Cut, st.booleans(), st.integers(0, 10**4)), max_size=3))
-    return SendPlan(tuple(cuts), draw(st.sampled_from(FINISHES)))
+    return SendPlan(tuple(cuts), draw(st.sampled_from(FINISHES)), "".join(sorted(steering.avoided_edges())))
 
 
 _KEY_NAMES = ("Enter", "C-c", "C-m", "Escape", "Space", "BSpace", "Tab", "Up", "F1", "NoSuchKey")
@@ -203,6 +212,9 @@ def split_command(cmd: str, plan: SendPlan) -> list[dict[str, Any]]:
             points.add(special[cut.index % len(special)])
         elif len(cmd) > 1:
             points.add(1 + cut.index % (len(cmd) - 1))
+    # a cut that would leave an avoided character at a chunk's edge is not made
+    points = {p for p in points if not (";" in plan.no_edges and cmd[p - 1] == ";")
+              and not ("-" in plan.no_edges and cmd[p] == "-")}
     bounds = [0, *sorted(points), len(cmd)]
     chunks = [cmd[a:b] for a, b in zip(bounds, bounds[1:]) if b > a]
     sends: list[dict[str, Any]] = [{"text": c, "keys": ""} for c in chunks[:-1]]
@@ -255,6 +267,8 @@ def long_payloads() -> st.SearchStrategy[LongText]:
     piece = st.one_of(st.sampled_from(("0123456789abcdef", "-;\\;'\"#{x} ", "é日😀-", "Enter C-c ")),
                       st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc", "Co", "Cn", "Zl", "Zp")),
                               min_size=1, max_size=20))
+    # a server may split a long text anywhere: an avoided edge character may not occur in it at all
+    piece = piece.map(lambda p: "".join(c for c in p if c not in steering.avoided_edges()) or "x")
     return st.builds(LongText, piece, st.integers(16 * 1024 + 1, 20 * 1024))
 
 
@@ -280,8 +294,28 @@ def scrollbacks() -> st.SearchStrategy[Any]:
     """A scrollback argument; ``...`` stands for "absent". Each kind of value is one branch, so that
     every kind (booleans, floats, strings, null, containers, negatives) comes up often."""
     return st.one_of(st.just(...), st.sampled_from(VALID_SCROLLBACK), st.integers(0, 300),
-                     st.booleans(), st.sampled_from((1.5, 2.0, -0.5)), st.sampled_from(("10", "")),
+                     st.booleans().map(_unless_bool), st.sampled_from((1.5, 2.0, -0.5)), st.sampled_from(("10", "")),
                      st.none(), st.sampled_from(([], {})), st.integers(max_value=-1))
+
+
+def _unless_bool(value: Any) -> Any:
+    """``value``, but null (another wrong scrollback) for a boolean once a campaign avoids them."""
+    return None if isinstance(value, bool) and steering.avoided("bool-scrollback") else value
+
+
+def bad_scrollbacks() -> st.SearchStrategy[Any]:
+    """A scrollback that is not a non-negative integer."""
+    return st.one_of(st.booleans(), st.sampled_from(INVALID_SCROLLBACK)).map(_unless_bool)
+
+
+def marker_semicolons() -> st.SearchStrategy[bool]:
+    """Whether a marker command ends in ``;`` (never once a campaign avoids a ``;`` at an edge)."""
+    return st.booleans().map(lambda b: b and not steering.avoided("semicolon-edge"))
+
+
+def launch_copies() -> st.SearchStrategy[int]:
+    """How many launches of one pair one reply carries (1 once a campaign avoids several)."""
+    return st.sampled_from((1, 1, 1, 2, 3, 4)).map(lambda n: 1 if steering.avoided("launch-copies") else n)
 
 
 MALFORMED = ("", " ", "{", "}", "[", "nul", "{'terminal': 'bash'}", '{"terminal": "bash",}', "}{",
@@ -337,7 +371,7 @@ def bad_calls(draw: st.DrawFn) -> BadCall:
     if kind == "keys":
         return BadCall(tool, key="keys", value=draw(st.sampled_from(BAD_KEYS)))
     if kind == "scrollback":
-        return BadCall(tool, key="scrollback", value=draw(st.one_of(st.sampled_from(INVALID_SCROLLBACK),
+        return BadCall(tool, key="scrollback", value=draw(st.one_of(st.sampled_from(INVALID_SCROLLBACK).map(_unless_bool),
                                                                        st.integers(max_value=-1))))
     return BadCall(tool, key="cwd", value=draw(st.sampled_from(("/tmp", "/", ".."))))
 

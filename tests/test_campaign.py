@@ -161,7 +161,8 @@ def test_the_campaign_keeps_the_database_key_of_the_machine() -> None:
 
 def _report(directory: Path) -> dict[str, Any]:
     data = json.loads((directory / "report.json").read_text())
-    assert set(data) == {"budget_s", "elapsed_s", "workers", "programs", "steps", "failures", "known", "coverage"}
+    assert set(data) == {"budget_s", "elapsed_s", "workers", "programs", "steps", "failures", "known", "steered",
+                         "coverage"}
     assert all(set(f) == set(FAILURE_KEYS) for f in data["failures"])
     assert data["programs"] > 0 and data["steps"] > 0 and data["workers"] == 2
     assert all(isinstance(v, int) and v > 0 for v in data["coverage"].values())
@@ -221,6 +222,10 @@ def test_a_campaign_finds_each_planted_bug_once_writes_its_repro_and_keeps_going
     assert "# Campaign report: FAILED" in md and "## Never exercised" in md
     for clause in FAULTS.values():
         assert f"FAILED {clause}: " in result.stdout
+    # once scrollback-bool's violation was known, later searches stopped drawing boolean scrollbacks
+    # (and launches of copies, if double-launch was met that way); a claim given back steers nothing
+    assert "bool-scrollback" in data["steered"] and set(data["steered"]) <= {"bool-scrollback", "launch-copies"}
+    assert "## Steered away from" in md and "`bool-scrollback`" in md
 
 
 def test_allowed_clauses_are_counted_as_known_and_the_campaign_passes(run_root: Path, tmp_path: Path) -> None:

@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         target="sessions" if external else args.target, external=external, stack_latency=args.stack_latency,
         allowed=allowed, started=started, deadline=started + args.budget, shrink_budget=args.shrink_budget,
         repro_dir=args.repro_dir or None, db=args.db, step_timeout=args.step_timeout,
-        poll_deadline=args.poll_deadline, steps_per_program=args.steps)
+        poll_deadline=args.poll_deadline, steps_per_program=args.steps, steer=not args.no_steering)
     (run_dir / "config.json").write_text(json.dumps(asdict(config)), encoding="utf-8")
     progress = Progress(args.budget, quiet=args.quiet)
     previous = interrupt_on_signals()
@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     elapsed = time.time() - started
     states = _read_states(run_dir, args.workers)
     report = build_report(args.budget, elapsed, args.workers, states, seen.claims(run_dir / "seen"),
-                          deviations, allowed)
+                          deviations, allowed, steered=seen.avoided(run_dir / "seen"))
     for index, (worker, state) in enumerate(zip(workers, states)):
         if worker.proc.returncode not in (0, None) and not state.get("errors") and not interrupted \
                 and worker.proc.returncode > 0:
@@ -153,6 +153,8 @@ def _summary(report: CampaignReport, written: list[Path], interrupted: bool) -> 
               for f in report.failures]
     lines += [f"known  {k['clause']}: met {k['count']} times" for k in report.known]
     lines += [f"ERROR  {e.strip().splitlines()[-1]}" for e in report.errors]
+    if report.steered:
+        lines.append(f"steered away from (inputs of known failures): {', '.join(report.steered)}")
     if not report.failures and not report.errors:
         lines.append("no clause failed outside the allowed ones")
     lines += [f"report: {p}" for p in written]

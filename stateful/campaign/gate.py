@@ -10,6 +10,10 @@ plugins replace) and looks at what escaped it, once the machine's teardown has r
 * a failure another worker claimed, or this worker reported in an earlier run: counted, invalid;
 * a new one: claimed (``seen.claim``) and let through, so Hypothesis shrinks it as usual.
 
+Once a failure is known (allowed, or reported by the worker that claimed it), the inputs that
+provoked it (the violation's ``triggers``) are noted for the campaign: the workers' next searches
+stop drawing them (:mod:`stateful.steering`).
+
 It cannot sit inside ``clauses.fail``: the model judges concurrent calls by trying orders and
 catching the violations of the orders that do not explain the outputs, so a violation raised there
 is not yet a failure. Only what leaves the program is.
@@ -94,6 +98,8 @@ class Gate:
     """Keys this worker claimed in the current run (Hypothesis is shrinking them)."""
     ignored: frozenset[str] = frozenset()
     machine: Any = None
+    steer: bool = True
+    """Note the triggers of known failures, so that later searches avoid them (``--no-steering``: not)."""
 
     def new_run(self) -> None:
         self.done |= self.run_claims
@@ -148,14 +154,22 @@ class Gate:
         key = failure_key(error)
         if key in self.allowed:
             self.known[key] += 1
+            self.steer_away(error)
             return True
         if key in self.run_claims:
             return False
         if key in self.ignored or key in self.done or not seen.claim(self.seen_dir, key, self._claim_info(error)):
             self.repeats[key] += 1
+            self.steer_away(error)
             return True
         self.run_claims.add(key)
         return False
+
+    def steer_away(self, error: BaseException) -> None:
+        """From the next search on, no worker draws the input that provoked ``error``, a failure the
+        campaign knows (allowed, or claimed and reported: a claim given back does not steer)."""
+        if self.steer:
+            seen.avoid(self.seen_dir, getattr(error, "triggers", ()))
 
     def _claim_info(self, error: BaseException) -> dict[str, Any]:
         """What the claim stores; ``program`` counts this worker's programs, this one included (1:

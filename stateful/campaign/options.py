@@ -59,5 +59,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     p.add_argument("--step-timeout", type=seconds, metavar="S", help="seconds before a step is a hang")
     p.add_argument("--poll-deadline", type=seconds, metavar="S", help="seconds to wait for an eventual property")
     p.add_argument("--steps", type=positive_int, metavar="N", help="steps per program (default: the campaign profile's)")
+    p.add_argument("--no-steering", action="store_true",
+                   help="keep drawing the inputs of known failures (by default, once a failure is known, later "
+                        "searches stop drawing the input that provoked it: a `;` ending a typed chunk, ...)")
     p.add_argument("--quiet", action="store_true", help="no progress line and no summary")
     return p

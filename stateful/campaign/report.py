@@ -14,6 +14,7 @@ from typing import Any
 
 from stateful.campaign.deviations import Deviation
 from stateful.clauses import CLAUSES
+from stateful.steering import TRIGGERS
 
 __all__ = ["CampaignReport", "build_report", "clause_outcomes", "exercised", "write_reports"]
 
@@ -35,13 +36,15 @@ class CampaignReport:
     deviations: list[Deviation] = field(default_factory=list)
     repeats: dict[str, int] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    steered: list[str] = field(default_factory=list)
+    """The triggers (:mod:`stateful.steering`) the workers' later searches stopped drawing."""
 
     def as_json(self) -> dict[str, Any]:
         """The schema of report.json (docs/campaigns.md)."""
         return {"budget_s": self.budget_s, "elapsed_s": self.elapsed_s, "workers": self.workers,
                 "programs": self.programs, "steps": self.steps,
                 "failures": [{k: f.get(k) for k in FAILURE_KEYS} for f in self.failures],
-                "known": self.known, "coverage": self.coverage}
+                "known": self.known, "steered": self.steered, "coverage": self.coverage}
 
     @property
     def failed(self) -> bool:
@@ -50,7 +53,7 @@ class CampaignReport:
 
 def build_report(budget: float, elapsed: float, workers: int, states: Sequence[Mapping[str, Any]],
                  claims: Mapping[str, Mapping[str, Any]], deviations: Sequence[Deviation],
-                 allowed: Iterable[str]) -> CampaignReport:
+                 allowed: Iterable[str], steered: Iterable[str] = ()) -> CampaignReport:
     """Sum the workers' counts; every claimed failure once (as its worker recorded it, else as
     claimed: found, but the budget ended before it was shrunk)."""
     coverage: Counter[str] = Counter()
@@ -79,7 +82,8 @@ def build_report(budget: float, elapsed: float, workers: int, states: Sequence[M
         budget_s=round(budget, 1), elapsed_s=round(elapsed, 1), workers=workers,
         programs=sum(int(s.get("programs", 0)) for s in states), steps=sum(int(s.get("steps", 0)) for s in states),
         failures=failures, known=[{"clause": c, "count": known[c]} for c in sorted(listed) if known[c]],
-        coverage=dict(sorted(coverage.items())), deviations=list(deviations), repeats=dict(repeats), errors=errors)
+        coverage=dict(sorted(coverage.items())), deviations=list(deviations), repeats=dict(repeats), errors=errors,
+        steered=sorted(steered))
 
 
 def exercised(coverage: Mapping[str, int]) -> dict[str, int]:
@@ -137,6 +141,9 @@ def markdown(report: CampaignReport) -> str:
                   "```", f.get("report") or f.get("message", ""), "```", ""]
     lines += ["## Known deviations", ""]
     lines += [f"- `{k['clause']}`: met {k['count']} times; {_why(report, k['clause'])}" for k in report.known] or ["None met."]
+    lines += ["", "## Steered away from", "",
+              "Once a failure was known, the later searches stopped drawing the input that provoked it:", ""]
+    lines += [f"- `{t}`: {TRIGGERS.get(t, '')}" for t in report.steered] or ["Nothing (no known failure named its input)."]
     outcomes = clause_outcomes(report)
     held = exercised(report.coverage)
     lines += ["", "## Clauses", "", "| clause | outcome | programs that exercised it |", "|---|---|---|"]

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["claim", "claimed", "claims", "info", "release"]
+__all__ = ["avoid", "avoided", "claim", "claimed", "claims", "info", "release"]
 
 SUFFIX = ".json"
+AVOID_SUFFIX = ".avoid"
 
 
 def _path(directory: Path, key: str) -> Path:
@@ -62,3 +64,19 @@ def info(directory: Path, key: str) -> dict[str, Any]:
 def claims(directory: Path) -> dict[str, dict[str, Any]]:
     """Every claim with what its worker stored (a claim being written is read as far as it got)."""
     return {key: info(directory, key) for key in sorted(claimed(directory))}
+
+
+def avoid(directory: Path, triggers: Iterable[str]) -> None:
+    """Note that the campaign knows a violation these triggers provoke (:mod:`stateful.steering`):
+    every worker's next search stops drawing them."""
+    for trigger in triggers:
+        (directory / (trigger + AVOID_SUFFIX)).touch()
+
+
+def avoided(directory: Path) -> frozenset[str]:
+    """The triggers noted so far."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return frozenset()
+    return frozenset(name[: -len(AVOID_SUFFIX)] for name in names if name.endswith(AVOID_SUFFIX))

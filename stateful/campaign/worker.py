@@ -35,6 +35,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.errors import HypothesisException, Unsatisfiable
 from hypothesis.stateful import get_state_machine_test
 
+from stateful import steering
 from stateful.campaign import seen
 from stateful.campaign.database import open_db
 from stateful.campaign.gate import BudgetSpent, Gate, failure_key, first_line
@@ -65,6 +66,7 @@ class WorkerConfig:
     poll_deadline: float | None = None
     max_examples: int | None = None
     steps_per_program: int | None = None
+    steer: bool = True               # later searches avoid the triggers of known failures (stateful.steering)
 
     @classmethod
     def load(cls, run_dir: Path) -> WorkerConfig:
@@ -87,7 +89,8 @@ class Worker:
         self.finished = False
         self._saved = 0.0
         self.gate = Gate(seen_dir=run_dir / "seen", allowed=frozenset(config.allowed), worker=index,
-                         started=config.started, deadline=config.deadline, on_program=self.save_soon)
+                         started=config.started, deadline=config.deadline, on_program=self.save_soon,
+                         steer=config.steer)
 
     # -- what the driver reads -------------------------------------------------------------------
 
@@ -140,6 +143,8 @@ class Worker:
         """One Hypothesis search with ``seed``; False once the deadline ended it."""
         from stateful.shrinking import shrink_budget
 
+        # fixed for the whole search, so that its programs replay and shrink the same way
+        steering.avoid(seen.avoided(self.gate.seen_dir) if self.config.steer else ())
         test = get_state_machine_test(self.gate.factory(machine), settings=run_settings)
         test._hypothesis_internal_use_seed = seed  # type: ignore[attr-defined]
         self.gate.install(test, machine)
@@ -183,6 +188,7 @@ class Worker:
             key = failure_key(failure)
             if key not in self.gate.run_claims or any(f["clause"] == key for f in self.failures):
                 continue
+            self.gate.steer_away(failure)  # Hypothesis's shrunk failure: the least input that provokes it
             shrunk = failure
             searched = time.time()
             if clause_of(failure) and searched < self.config.deadline:

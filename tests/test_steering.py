@@ -1,0 +1,136 @@
+"""Steering (stateful/steering.py): a violation names the input that provoked it, and strategies told
+to avoid that input never draw it."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from stateful import steering
+from stateful import strategies as gen
+from stateful.clauses import ContractViolation, fail
+from stateful.model import Call, initial_model, judge
+
+FAST = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.fixture
+def avoiding() -> Iterator[None]:
+    """Every trigger avoided for the test, none after it (the module's state is global)."""
+    steering.avoid(steering.TRIGGERS)
+    try:
+        yield
+    finally:
+        steering.avoid(())
+
+
+@FAST
+@given(cmd=st.text(st.sampled_from("ab -;\\"), min_size=1, max_size=40), plan=gen.send_plans(),
+       edges=st.sampled_from((";", "-", "-;")))
+def test_a_plan_that_avoids_edges_never_cuts_next_to_them(cmd: str, plan: gen.SendPlan, edges: str) -> None:
+    from dataclasses import replace
+
+    sends = gen.split_command(cmd, replace(plan, no_edges=edges))
+    chunks = [str(s.get("text") or "") for s in sends if s.get("text")]
+    assert "".join(chunks).removesuffix("\n") == cmd
+    if ";" in edges:
+        assert not any(c.endswith(";") for c in chunks[:-1]), chunks
+    if "-" in edges:
+        assert not any(c.startswith("-") for c in chunks[1:]), chunks
+
+
+def test_strategies_avoid_what_they_are_told(avoiding: None) -> None:
+    @FAST
+    @given(semicolon=gen.marker_semicolons(), long=gen.long_payloads(), plan=gen.send_plans(),
+           scrollback=gen.scrollbacks(), bad=gen.bad_scrollbacks(), copies=gen.launch_copies())
+    def drawn(semicolon: bool, long: gen.LongText, plan: gen.SendPlan, scrollback: object, bad: object,
+              copies: int) -> None:
+        assert semicolon is False and copies == 1
+        assert ";" not in long.text and "-" not in long.text
+        assert plan.no_edges == "-;"
+        assert not isinstance(scrollback, bool) and not isinstance(bad, bool)
+
+    drawn()
+
+
+def test_strategies_draw_every_input_when_nothing_is_avoided() -> None:
+    seen: set[str] = set()
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(semicolon=gen.marker_semicolons(), bad=gen.bad_scrollbacks(), copies=gen.launch_copies(),
+           plan=gen.send_plans())
+    def drawn(semicolon: bool, bad: object, copies: int, plan: gen.SendPlan) -> None:
+        assert plan.no_edges == ""
+        seen.update({"semicolon"} if semicolon else set())
+        seen.update({"bool"} if isinstance(bad, bool) else set())
+        seen.update({"copies"} if copies > 1 else set())
+
+    drawn()
+    assert seen == {"semicolon", "bool", "copies"}
+
+
+def test_a_plan_prints_its_edges_only_when_it_avoids_some() -> None:
+    assert repr(gen.SendPlan()) == "SendPlan(cuts=(), finish='default')"
+    assert repr(gen.SendPlan((), "Enter", "-;")) == "SendPlan(cuts=(), finish='Enter', no_edges='-;')"
+    assert eval(repr(gen.SendPlan((gen.Cut(True, 3),), "Enter", ";")), vars(gen)) == \
+        gen.SendPlan((gen.Cut(True, 3),), "Enter", ";")
+
+
+@pytest.mark.parametrize("texts, triggers", [
+    (["set +H;", " echo x"], ("semicolon-edge",)),
+    (["-x"], ("dash-edge",)),
+    (["echo a-b; c"], ()),
+    (["x" * 600 + "-" + ";" + "y"], ("dash-edge", "semicolon-edge")),
+])
+def test_text_triggers_name_the_edges_a_chunk_has(texts: list[str], triggers: tuple[str, ...]) -> None:
+    assert steering.text_triggers(texts) == triggers
+
+
+def _violation(model_call: Call, output: dict[str, object]) -> ContractViolation:
+    baseline = [{"terminal": "tui", "session": "main", "command": "tui", "running": True, "has_os_env": True,
+                 "tmux_socket": "/s/t"}]
+    model = initial_model(("bash",), json.dumps(baseline))
+    launch = Call("sys_terminal_launch", json.dumps({"terminal": "bash", "session": "a"}))
+    model = judge(model, launch, json.dumps({"terminal": "bash", "session": "a", "status": "launched",
+                                             "has_os_env": True, "tmux_socket": "/s/a"})).model
+    with pytest.raises(ContractViolation) as caught:
+        judge(model, model_call, json.dumps(output))
+    return caught.value
+
+
+def test_the_model_names_the_trigger_of_a_violation() -> None:
+    bool_read = Call("sys_terminal_read", json.dumps({"terminal": "bash", "session": "a", "scrollback": True}))
+    error = _violation(bool_read, {"terminal": "bash:a", "screen": "", "scrollback_lines": 0})
+    assert error.clause == "read.scrollback-type" and error.triggers == ("bool-scrollback",)
+    int_read = Call("sys_terminal_read", json.dumps({"terminal": "bash", "session": "a", "scrollback": -1}))
+    error = _violation(int_read, {"terminal": "bash:a", "screen": "", "scrollback_lines": 0})
+    assert error.clause == "read.scrollback-type" and error.triggers == ()
+    server_made = Call("sys_terminal_read", json.dumps({"terminal": "tui", "session": "main"}))
+    error = _violation(server_made, {"terminal": "tui:main", "screen": "", "scrollback_lines": 0})
+    assert error.clause == "scope.server-terminals" and error.triggers == ("server-terminals",)
+
+
+def test_a_violation_keeps_its_triggers_across_processes() -> None:
+    with pytest.raises(ContractViolation) as caught:
+        fail("send.text-literal", "the `;` was dropped", triggers=("semicolon-edge",))
+    copy = pickle.loads(pickle.dumps(caught.value))
+    assert copy.triggers == ("semicolon-edge",) and str(copy) == str(caught.value)
+    with pytest.raises(ContractViolation) as plain:
+        fail("send.text-literal", "x")
+    assert plain.value.triggers == ()
+
+
+def test_the_server_terminals_rule_is_not_drawn_once_avoided(avoiding: None) -> None:
+    from hypothesis.stateful import RULE_MARKER
+
+    from stateful.test_machine import DirectMachine
+
+    rule = getattr(DirectMachine.server_made, RULE_MARKER)
+    assert not all(holds(None) for holds in rule.preconditions)  # this precondition never looks at the machine
+    steering.avoid(())
+    assert all(holds(None) for holds in rule.preconditions)
