@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import pickle
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -134,3 +136,24 @@ def test_the_server_terminals_rule_is_not_drawn_once_avoided(avoiding: None) -> 
     assert not all(holds(None) for holds in rule.preconditions)  # this precondition never looks at the machine
     steering.avoid(())
     assert all(holds(None) for holds in rule.preconditions)
+
+
+def test_a_search_ends_once_a_known_failure_names_an_input_it_still_draws(tmp_path: Path) -> None:
+    """What a search draws is fixed when it starts: the gate ends it at the next program once a
+    failure became known with a trigger it does not avoid yet (the next search will)."""
+    from stateful.campaign import seen
+    from stateful.campaign.gate import Gate, Resteer
+
+    ran: list[int] = []
+    gate = Gate(seen_dir=tmp_path, allowed=frozenset(), worker=0, started=0.0, deadline=time.time() + 60)
+    program = gate._guard(lambda: ran.append(1))
+    program()
+    seen.avoid(tmp_path, ["semicolon-edge"])
+    with pytest.raises(Resteer):
+        program()
+    gate.steered = frozenset({"semicolon-edge"})
+    program()
+    assert ran == [1, 1]
+    quiet = Gate(seen_dir=tmp_path, allowed=frozenset(), worker=0, started=0.0, deadline=time.time() + 60, steer=False)
+    quiet._guard(lambda: ran.append(2))()
+    assert ran == [1, 1, 2]

@@ -41,12 +41,18 @@ from stateful.campaign import seen
 from stateful.clauses import clause_of
 from stateful.targets.base import TargetError
 
-__all__ = ["BudgetSpent", "Gate", "failure_key", "first_line"]
+__all__ = ["BudgetSpent", "Gate", "Resteer", "failure_key", "first_line"]
 
 
 class BudgetSpent(BaseException):
     """The campaign's deadline passed before a program started: ends the search (a BaseException,
     so that Hypothesis does not take it for a failure of the program and shrink it)."""
+
+
+class Resteer(BaseException):
+    """A failure became known since this search started and named its trigger: ends the search, so
+    that the next one, with a new seed, stops drawing that input (what a search draws is fixed when
+    it starts)."""
 
 
 def failure_key(error: BaseException) -> str:
@@ -100,6 +106,8 @@ class Gate:
     machine: Any = None
     steer: bool = True
     """Note the triggers of known failures, so that later searches avoid them (``--no-steering``: not)."""
+    steered: frozenset[str] = frozenset()
+    """The triggers the current search avoids (set by the worker when it starts)."""
 
     def new_run(self) -> None:
         self.done |= self.run_claims
@@ -137,6 +145,8 @@ class Gate:
                 if time.time() >= self.deadline:
                     raise BudgetSpent()
                 self.ignored = seen.claimed(self.seen_dir) | self.done
+                if self.steer and not seen.avoided(self.seen_dir) <= self.steered:
+                    raise Resteer()
             self.machine = None
             try:
                 inner(*args, **kwargs)

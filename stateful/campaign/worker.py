@@ -38,7 +38,7 @@ from hypothesis.stateful import get_state_machine_test
 from stateful import steering
 from stateful.campaign import seen
 from stateful.campaign.database import open_db
-from stateful.campaign.gate import BudgetSpent, Gate, failure_key, first_line
+from stateful.campaign.gate import BudgetSpent, Gate, Resteer, failure_key, first_line
 from stateful.clauses import clause_of
 from stateful.workers import follow_parent, interrupt_on_signals
 
@@ -144,7 +144,8 @@ class Worker:
         from stateful.shrinking import shrink_budget
 
         # fixed for the whole search, so that its programs replay and shrink the same way
-        steering.avoid(seen.avoided(self.gate.seen_dir) if self.config.steer else ())
+        self.gate.steered = seen.avoided(self.gate.seen_dir) if self.config.steer else frozenset()
+        steering.avoid(self.gate.steered)
         test = get_state_machine_test(self.gate.factory(machine), settings=run_settings)
         test._hypothesis_internal_use_seed = seed  # type: ignore[attr-defined]
         self.gate.install(test, machine)
@@ -155,6 +156,8 @@ class Worker:
                 test()
         except BudgetSpent:
             return False
+        except Resteer:
+            return True  # a failure became known and named its input: the next search avoids it
         except Unsatisfiable:
             return True  # every program of this search met a failure the campaign knows
         except HypothesisException as problem:  # e.g. FlakyStrategyDefinition: the search ended, not a bug found
