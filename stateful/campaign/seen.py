@@ -44,13 +44,18 @@ def release(directory: Path, key: str) -> None:
         pass
 
 
-def claimed(directory: Path) -> frozenset[str]:
-    """The keys claimed so far (by file name: cheap enough to read between two programs)."""
+def _names(directory: Path, suffix: str) -> frozenset[str]:
+    """The names of the files ending in ``suffix``, without it (cheap enough to read between two programs)."""
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
         return frozenset()
-    return frozenset(name[: -len(SUFFIX)] for name in names if name.endswith(SUFFIX))
+    return frozenset(name[: -len(suffix)] for name in names if name.endswith(suffix))
+
+
+def claimed(directory: Path) -> frozenset[str]:
+    """The keys claimed so far."""
+    return _names(directory, SUFFIX)
 
 
 def info(directory: Path, key: str) -> dict[str, Any]:
@@ -75,8 +80,4 @@ def avoid(directory: Path, triggers: Iterable[str]) -> None:
 
 def avoided(directory: Path) -> frozenset[str]:
     """The triggers noted so far."""
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return frozenset()
-    return frozenset(name[: -len(AVOID_SUFFIX)] for name in names if name.endswith(AVOID_SUFFIX))
+    return _names(directory, AVOID_SUFFIX)
