@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, example, given, note, settings
-from hypothesis.errors import FlakyFailure
+from hypothesis import HealthCheck, Phase, example, given, note, seed, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import INVARIANT_MARKER, RULE_MARKER
+from hypothesis.database import InMemoryExampleDatabase, choices_to_bytes
+from hypothesis.errors import Flaky
+from hypothesis.internal.conjecture.data import ConjectureData
+from hypothesis.stateful import INVARIANT_MARKER, RULE_MARKER, run_state_machine_as_test
 
 from stateful import repro
 from stateful.clauses import clause_of
@@ -210,12 +212,14 @@ def _unmet_precondition(state: Any, line: str) -> str | None:
 
 
 def shorter_failure(machine: type, failure: BaseException, max_replays: int | None = None,
-                    deadline: float | None = None) -> BaseException:
+                    deadline: float | None = None, tries: int = 1) -> BaseException:
     """``failure`` (a contract violation whose notes hold the program that raised it), or the failure
     of a shorter program that breaks the same clause, found by :func:`drop_steps` with replays of
-    ``machine`` (bound to the target that failed; at most 3 per step by default, and none after
+    ``machine`` (bound to the target that failed; at most 3 per step (times ``tries``) by default, and none after
     ``deadline``, a ``time.time()``: a campaign's budget includes this pass). Its notes say how
-    many steps were dropped."""
+    many steps were dropped. With ``tries`` > 1 (a race, which fails when the timing lets it) a
+    shorter program counts as failing when one of up to ``tries`` replays of it breaks the clause
+    (each is one replay of ``max_replays``)."""
     clause = clause_of(failure)
     program = repro.reported_program(failure)
     invariants = invariants_of(machine)
@@ -224,16 +228,22 @@ def shorter_failure(machine: type, failure: BaseException, max_replays: int | No
         return failure
     found: list[BaseException] = []
 
+    budget = [3 * len(groups) * tries if max_replays is None else max_replays]
+
     def check(candidate: list[str]) -> bool:
-        if deadline is not None and time.time() >= deadline:
-            return False
-        replayed = replay_program(machine, candidate)
-        if replayed is not None and clause_of(replayed) == clause:
-            found[:] = [replayed]
-            return True
+        for _ in range(tries):
+            if budget[0] <= 0 or (deadline is not None and time.time() >= deadline):
+                return False
+            budget[0] -= 1
+            replayed = replay_program(machine, candidate)
+            if replayed is not None and clause_of(replayed) == clause:
+                found[:] = [replayed]
+                return True
+            if isinstance(replayed, PreconditionUnmet):
+                return False  # not a program Hypothesis could have run: no timing makes it one
         return False
 
-    shorter = drop_steps(program, check, 3 * len(groups) if max_replays is None else max_replays, invariants)
+    shorter = drop_steps(program, check, budget[0], invariants)
     if not found:
         return failure
     dropped = len(groups) - len(rule_groups(shorter, invariants))
@@ -242,24 +252,119 @@ def shorter_failure(machine: type, failure: BaseException, max_replays: int | No
     return found[0]
 
 
-def reproduced(machine: type, failure: BaseException, tries: int = REPRODUCE_TRIES) -> BaseException:
-    """The failure of a replay of ``failure``'s program, where ``failure`` is Hypothesis's
-    ``FlakyFailure``: its final replay of the shrunk program did not fail again. A race fails only
+def reproduced(machine: type, failure: BaseException, tries: int = REPRODUCE_TRIES,
+               hypothesis_settings: settings | None = None) -> BaseException:
+    """A failure of ``failure``'s program that breaks a clause again, where ``failure`` is one of
+    Hypothesis's ``Flaky`` errors: its final replay of the shrunk program did not fail again
+    (``FlakyFailure``), or a replay during its search or shrinking drew other choices than the run
+    it replayed (``FlakyStrategyDefinition``, alone or inside a ``FlakyFailure``). A race fails only
     when the timing lets it (two concurrent calls that finish in either order: a server that pairs
-    outputs with calls in completion order gets them right half of the time), so the program is
-    replayed on ``machine`` (bound to the target that failed) up to ``tries`` more times; the first
-    replay that breaks a clause the program broke before is returned, with a note saying how many
-    replays it took. Anything else, or no such replay, is returned as it was."""
-    if not isinstance(failure, FlakyFailure):
+    outputs with calls in completion order gets them right half of the time), and Hypothesis ends at
+    the first replay that went otherwise. The clauses are those of every violation in ``failure``
+    (nested groups, causes and contexts included); the program is replayed up to ``tries`` more
+    times on ``machine`` (bound to the target that failed) and the first replay that breaks one of
+    those clauses is returned, with a note saying how many replays it took:
+
+    * the program Hypothesis reported in the notes (its final replay's), replayed step by step;
+    * without one (Hypothesis stopped in its search or shrinking, before any final replay), the
+      choices of the run that failed (read from its traceback) are given back to Hypothesis as a
+      saved example and Hypothesis shrinks on from it, with ``hypothesis_settings`` (the settings
+      of the run that failed; the loaded profile's by default) and no generation. Should that stop
+      at a race again, the next try goes on from what it got to.
+
+    The failure returned is always a real replay's. Anything else, or no such replay, is returned as
+    it was."""
+    if not _is_flaky(failure):
         return failure
-    clauses = {clause_of(e) for e in failure.exceptions} - {None}
-    program = repro.reported_program(failure)
-    if not clauses or not program:
+    clauses = _clauses(failure)
+    program, choices = _program(failure), _choices(failure, clauses)
+    if not clauses or not (program or choices is not None):
         return failure
     for attempt in range(1, tries + 1):
-        replayed = replay_program(machine, program)
-        if replayed is not None and clause_of(replayed) in clauses:
-            replayed.add_note(f"stateful: Hypothesis's final replay of this program passed; replay {attempt} after it "
-                              "failed again (a race: it fails when the timing lets it)")
+        if program:
+            replayed, how = replay_program(machine, program), "replay"
+        elif choices is not None:
+            replayed, how = _resume(machine, choices, hypothesis_settings), "resumed search"
+        else:
+            break
+        if replayed is None:
+            continue
+        if _is_flaky(replayed) and _clauses(replayed) & clauses:  # the resumed shrinking met the race again
+            program, choices = _program(replayed), _choices(replayed, clauses) or choices
+            continue
+        if clause_of(replayed) in clauses:
+            first = ("Hypothesis's final replay of this program passed" if _program(failure)
+                     else "Hypothesis stopped at a replay that went otherwise than the run it replayed")
+            replayed.add_note(f"stateful: {first}; {how} {attempt} after it failed again "
+                              "(a race: it fails when the timing lets it)")
             return replayed
     return failure
+
+
+def _parts(failure: BaseException) -> list[BaseException]:
+    """``failure`` and every exception within it: a group's, causes and contexts (each once)."""
+    seen: list[BaseException] = []
+    todo = [failure]
+    while todo:
+        error = todo.pop(0)
+        if any(error is s for s in seen):
+            continue
+        seen.append(error)
+        todo += list(getattr(error, "exceptions", ()))
+        todo += [e for e in (error.__cause__, error.__context__) if e is not None]
+    return seen
+
+
+def _is_flaky(failure: BaseException) -> bool:
+    return any(isinstance(error, Flaky) for error in _parts(failure))
+
+
+def _clauses(failure: BaseException) -> set[str]:
+    return {c for error in _parts(failure) if (c := clause_of(error)) is not None}
+
+
+def _program(failure: BaseException) -> list[str]:
+    """The first program reported in the notes of ``failure`` or an exception within it."""
+    return next((program for error in _parts(failure) if (program := repro.reported_program(error))), [])
+
+
+def _choices(failure: BaseException, clauses: Collection[str]) -> tuple[Any, ...] | None:
+    """The choices of the Hypothesis run that raised a violation of ``clauses`` within ``failure``:
+    the run's data, found among the locals of the frames its traceback went through."""
+    for error in _parts(failure):
+        if clause_of(error) not in clauses:
+            continue
+        tb = error.__traceback__
+        while tb is not None:
+            for value in tb.tb_frame.f_locals.values():
+                if isinstance(value, ConjectureData):
+                    return tuple(value.choices)
+            tb = tb.tb_next
+    return None
+
+
+class _Resume(InMemoryExampleDatabase):
+    """An example database that holds one saved example, as a secondary one for every key (a
+    primary one would be replayed and not shrunk again)."""
+
+    def __init__(self, choices: Sequence[Any]) -> None:
+        super().__init__()
+        self._saved = choices_to_bytes(choices)
+
+    def fetch(self, key: bytes) -> Iterable[bytes]:
+        if key.endswith(b".secondary"):
+            yield self._saved
+        yield from super().fetch(key)
+
+
+def _resume(machine: type, choices: Sequence[Any], hypothesis_settings: settings | None) -> BaseException | None:
+    """Hypothesis run on ``machine`` from the saved example ``choices`` (its replay, then shrinking
+    if it fails; no generation); what it raised, or None."""
+    resumed = seed(0)(type(machine.__name__, (machine,), {}))
+    options = settings(hypothesis_settings or settings(), derandomize=False, database=_Resume(choices),
+                       phases=[Phase.reuse, Phase.shrink])
+    try:
+        run_state_machine_as_test(resumed, settings=options)
+    except Exception as failure:  # noqa: BLE001 - judged by the caller
+        return failure
+    return None

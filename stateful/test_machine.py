@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import settings
-from hypothesis.errors import FlakyFailure
+from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
 
 from stateful.machine import MachineConfig, TerminalMachine
@@ -40,14 +40,14 @@ def _run(machine: type[TerminalMachine], target: Target, config: MachineConfig, 
     not the contract. Anything else (an error of the tester itself) propagates with its traceback."""
     machine.bind(target, config)
     try:
-        try:
-            with shrink_budget(shrink_seconds):
+        with shrink_budget(shrink_seconds):  # a resumed search (see reproduced) shrinks within it too
+            try:
                 run_state_machine_as_test(machine, settings=settings())
-        except FlakyFailure as flaky:  # Hypothesis's final replay passed: a race, replayed until it fails again
-            again = reproduced(machine, flaky)
-            if again is flaky:
-                raise
-            raise again from None
+            except Flaky as flaky:  # a replay went otherwise than the run it replayed: a race, replayed until it fails again
+                again = reproduced(machine, flaky, hypothesis_settings=settings())
+                if again is flaky:
+                    raise
+                raise again from None
     except TargetError as failure:
         report = failure_report(failure, NOT_WRITTEN)  # failed below, outside the handler: no chained report
     except AssertionError as caught:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -102,12 +103,12 @@ def test_drop_steps_stops_at_its_replay_budget() -> None:
     assert len(calls) == 2
 
 
-@pytest.fixture
-def faulty_direct_machine() -> Iterator[type[TerminalMachine]]:
-    """A machine bound to a fresh in-process target with the scrollback-bool fault on."""
+@contextmanager
+def machine_with_fault(fault: str) -> Iterator[type[TerminalMachine]]:
+    """A machine bound to a fresh in-process target with ``fault`` on."""
     from stateful.targets.direct import DirectTarget
 
-    with faults.activated("scrollback-bool"):
+    with faults.activated(fault):
         target = DirectTarget()
         try:
             machine = type("MinimizeMachine", (TerminalMachine,), {})
@@ -115,6 +116,13 @@ def faulty_direct_machine() -> Iterator[type[TerminalMachine]]:
             yield machine
         finally:
             target.close()
+
+
+@pytest.fixture
+def faulty_direct_machine() -> Iterator[type[TerminalMachine]]:
+    """A machine bound to a fresh in-process target with the scrollback-bool fault on."""
+    with machine_with_fault("scrollback-bool") as machine:
+        yield machine
 
 
 def test_shorter_failure_drops_the_steps_the_failure_does_not_need(faulty_direct_machine: type[TerminalMachine]) -> None:
@@ -180,3 +188,62 @@ def test_a_replay_fills_the_bundles_so_concurrent_runs_as_it_did(faulty_direct_m
     assert not isinstance(failure, PreconditionUnmet), failure
     assert failure is not None and clause_of(failure) == "read.scrollback-type"
     assert reported_program(failure) == program
+
+
+def test_reproduced_takes_apart_a_flaky_strategy_definition(faulty_direct_machine: type[TerminalMachine]) -> None:
+    """Hypothesis's FlakyStrategyDefinition (a replay drew other choices than the run it replayed)
+    holds the violation in its context, and the program, if any, in its notes: the program is
+    replayed until that clause shows again. Nested in a FlakyFailure, the same."""
+    from hypothesis.errors import FlakyFailure, FlakyStrategyDefinition
+
+    program = [line.replace("SomeMachine", "MinimizeMachine") for line in PROGRAM]
+    first = replay_program(faulty_direct_machine, program)
+    assert first is not None and clause_of(first) == "read.scrollback-type"
+    drew = FlakyStrategyDefinition("Inconsistent data generation! The second run drew more data than the first run.")
+    drew.__context__ = first
+    for line in program:
+        drew.add_note(line)
+    again = reproduced(faulty_direct_machine, drew, tries=2)
+    assert clause_of(again) == "read.scrollback-type" and again is not first
+    assert reported_program(again) == program[:10] + ["state.teardown()"]
+    nested = FlakyFailure("Inconsistent results from replaying a test case!", [first, drew])
+    assert clause_of(reproduced(faulty_direct_machine, nested, tries=2)) == "read.scrollback-type"
+    alone = FlakyStrategyDefinition("Inconsistent data generation!")  # no violation anywhere: nothing to replay for
+    assert reproduced(faulty_direct_machine, alone) is alone
+
+
+def test_reproduced_resumes_hypothesis_from_a_run_with_no_reported_program(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When Hypothesis stops in its search or shrinking (a replay went otherwise than the run it
+    replayed: FlakyFailure(violation, FlakyStrategyDefinition)), no program is in any notes: the run
+    that failed is given back to Hypothesis (its choices, from its traceback) and shrunk on from there;
+    what comes back is a real run's violation with the program Hypothesis reports.
+
+    A violation of the search's runs comes with its whole traceback (the final replay's is trimmed of
+    Hypothesis's frames unless HYPOTHESIS_NO_TRACEBACK_TRIM is set, as here) and no program in its notes."""
+    monkeypatch.setenv("HYPOTHESIS_NO_TRACEBACK_TRIM", "1")
+    from hypothesis import HealthCheck, Phase, settings
+    from hypothesis.errors import FlakyFailure, FlakyStrategyDefinition
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from stateful.shrinking import shrink_budget
+
+    quick = settings(max_examples=5, stateful_step_count=4, derandomize=True, deadline=None, database=None,
+                     phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+    with machine_with_fault("list-sorted") as machine:  # found by the first program's first step
+        with pytest.raises(AssertionError) as caught:
+            run_state_machine_as_test(machine, settings=quick)
+        violation = caught.value
+        clause = clause_of(violation)
+        assert clause in ("list.baseline", "list.order"), violation
+        violation.__notes__ = []  # as a violation of the search's runs comes: no program printed
+        flaky = FlakyFailure("Inconsistent results from replaying a test case!",
+                             [violation, FlakyStrategyDefinition("The second run drew more data than the first run.")])
+        with shrink_budget(60, 5):
+            again = reproduced(machine, flaky, tries=2, hypothesis_settings=quick)
+        assert again is not violation and not isinstance(again, FlakyFailure), again
+        assert clause_of(again) == clause
+        steps = reported_program(again)
+        assert steps[0] == "state = MinimizeMachine()" and "state.start(" in steps[1], steps
+        assert any("resumed search 1 after it failed again" in str(note) for note in again.__notes__)
+        bare = FlakyFailure("flaky", [AssertionError("not a contract violation")])
+        assert reproduced(machine, bare) is bare
