@@ -81,17 +81,23 @@ def file_name(clause: str, program: Sequence[str]) -> str:
 
 
 def write_plain_repro(directory: Path, machine: type, target: Any, failure: BaseException,
-                      conftest: str = DEFAULT_CONFTEST) -> Path:
+                      conftest: str = DEFAULT_CONFTEST, tries: int = 1) -> Path:
     """Record the failure's program once more and write its plain repro into ``directory``.
     Raises :class:`NoPlainForm` (with the reason) when it cannot: no clause, a replay that does not
-    break the same clause, or a clause this writer has no plain assertion for."""
+    break the same clause, or a clause this writer has no plain assertion for. ``tries``: recording
+    replays until one breaks the clause (more than one for a race, which fails when the timing lets it)."""
     if not _MODULE.match(conftest):
         raise ValueError(f"--plain-conftest {conftest!r} is not a dotted module name")
     clause = clause_of(failure)
     program = repro.reported_program(failure)
     if not clause or not program:
         raise NoPlainForm("the failure names no clause or has no reported program")
-    replayed, ops = record_program(machine, target, program)
+    replayed: BaseException | None = None
+    ops: list[Op] = []
+    for _ in range(max(1, tries)):
+        replayed, ops = record_program(machine, target, program)
+        if replayed is not None and clause_of(replayed) == clause:
+            break
     if replayed is None or clause_of(replayed) != clause:
         got = f"{type(replayed).__name__}: {str(replayed).splitlines()[0]}" if replayed else "it passed"
         raise NoPlainForm(f"the recording replay did not break {clause} again ({got[:300]})")

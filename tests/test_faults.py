@@ -123,6 +123,9 @@ class Hunt:
     """The clause id the failure names ('' for what is not a contract violation)."""
     program: list[str] = field(default_factory=list)
     steps: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """What this project's passes did to the failure (its ``stateful:`` notes: a race replayed or a
+    search resumed until it failed again, steps dropped)."""
     seconds: float = 0.0
     first_failure: float | None = None
     """Seconds until the first failing program ended (the rest is shrinking and the final replay)."""
@@ -131,16 +134,20 @@ class Hunt:
     plain: str = ""
     """Sessions target: the plain repro written for the failure (its path), or why none was."""
     plain_verdicts: dict[str, list[str]] = field(default_factory=dict)
-    """Sessions target: the plain repro replayed ("faulty": with the fault on, "correct": without),
+    """Sessions target: the plain repro (recorded by a replay that failed again, up to ``PLAIN_TRIES`` times
+    for a race) replayed ("faulty": with the fault on, "correct": without),
     each ``[status, clause or reason]`` (``stateful.replay``)."""
+    plain_replays: int = 0
+    """Replays of the plain repro with the fault on until it failed (one but for a race)."""
 
 
 def hunt(kind: str, names: tuple[str, ...] = (), hypothesis_settings: settings = CI_SETTINGS,
          config: MachineConfig = CI_MACHINE, budget: float = SHRINK_BUDGET, shrinks: int = SHRINKS,
-         plain_dir: Path | None = None) -> Hunt:
+         plain_dir: Path | None = None, tries: int = 1) -> Hunt:
     """Run the machine on a ``kind`` target built and driven with the faults ``names`` switched on;
     with ``plain_dir``, a contract violation found on the sessions target is also written there as
-    a plain repro (recorded with the fault still on), as ``pytest stateful/`` does."""
+    a plain repro (recorded with the fault still on), as ``pytest stateful/`` does. ``tries``: replays of
+    each shorter program the step-dropping pass tries (more than one for a race)."""
     start = time.monotonic()
     result = Hunt()
 
@@ -172,17 +179,20 @@ def hunt(kind: str, names: tuple[str, ...] = (), hypothesis_settings: settings =
                     error = exc
                 if error is not None:  # with the fault still on: a race replayed until it shows again (if
                     # Hypothesis's final replay missed it), then the steps Hypothesis left, dropped if they can be
-                    error = shorter_failure(FaultHunt, reproduced(FaultHunt, error))
+                    error = shorter_failure(FaultHunt, reproduced(FaultHunt, error, hypothesis_settings=hypothesis_settings),
+                                            tries=tries)
                 if error is not None and plain_dir is not None and kind == "sessions" and clause_of(error):
-                    result.plain = _plain(plain_dir, FaultHunt, target, error)
+                    result.plain = _plain(plain_dir, FaultHunt, target, error,
+                                          tries=PLAIN_TRIES if tries > 1 else 1)
             # the target is torn down here, with the faults switched off again
     return _judged(result, error, start)
 
 
-def _plain(directory: Path, machine: type, target: Any, error: BaseException) -> str:
-    """The path of the plain repro written for ``error``, or why none was."""
+def _plain(directory: Path, machine: type, target: Any, error: BaseException, tries: int = 1) -> str:
+    """The path of the plain repro written for ``error`` (recorded by up to ``tries`` replays: more than
+    one for a race), or why none was."""
     try:
-        return str(write_plain_repro(directory, machine, target, error))
+        return str(write_plain_repro(directory, machine, target, error, tries=tries))
     except NoPlainForm as why:
         return f"none: {why}"
 
@@ -217,6 +227,7 @@ def _judged(result: Hunt, error: BaseException | None, start: float) -> Hunt:
         result.message = str(error)
         result.clause = clause_of(error) or ""
         result.program = reported_program(error)
+        result.notes = [str(n) for n in getattr(error, "__notes__", ()) if str(n).startswith("stateful:")]
         result.steps = [m.group(1) for line in result.program
                         if (m := STEP_NAME.match(line)) and m.group(1) in RULES]
     return result
@@ -244,6 +255,9 @@ class Plant:
     says: str = ""
     """Words the failure's message must hold, where the clause alone does not tell the finding (a race
     that pairs outputs with the wrong calls breaks the clause of whichever call got another's output)."""
+    tries: int = 1
+    """Replays of each shorter program in the step-dropping pass (``stateful.minimize.shorter_failure``):
+    more than one for a race, whose program fails only when the timing lets it."""
     program: tuple[str, ...] = ()
     """Target ``replay`` only: the known short program that the sessions target replays (no hunt)."""
 
@@ -259,12 +273,9 @@ SWAPPED_OUTPUT_CLAUSES = ("step.concurrent", "close.closed", "close.not-found", 
 """What a concurrent call's output that went to another call of the same reply breaks: the clause of
 the call it landed on (a list's array on a close, a close's names on another close, ...)."""
 
-RACE = Plant("outputs-completion-order", "sessions", SWAPPED_OUTPUT_CLAUSES, shrinks=15,
-             says="no sequential order of the")
-"""A race: hunted by hand (``python tests/test_faults.py outputs-completion-order sessions 300 OUT.json``),
-out of the suite (see GAPS)."""
-
 PLANTS = [  # slowest hunts first (they start first)
+    Plant("outputs-completion-order", "sessions", SWAPPED_OUTPUT_CLAUSES, shrinks=15, says="no sequential order of the",
+          tries=3),
     Plant("close-leaks-server", "direct", ("close.nothing-left",)),
     Plant("close-event-lost", "direct", ("events.recorded",)),
     Plant("trailing-semicolon", "direct", ("send.text-literal",)),
@@ -286,17 +297,17 @@ PLANTS = [  # slowest hunts first (they start first)
     Plant("view-keeps-closed", "sessions", ("view.terminals",)),
     Plant("delete-keeps-terminals", "direct", ("session.delete",)),
 ]
-GAPS: dict[str, tuple[str, str, str]] = {
-    "outputs-completion-order": ("sessions", "step.concurrent", "a race: whether outputs swap depends on which "
-                                 "concurrent call finishes first, so a replay may pass where the search failed, and one "
-                                 "suite run in three ended in Hypothesis's FlakyFailure (docs/faults.md)"),
-}
+GAPS: dict[str, tuple[str, str, str]] = {}
 """Faults the machine does not find with the ci profile: out of the suite, not hidden (docs/faults.md).
 Each is ``fault: (target, clause, why)``; hunt one by hand with
 ``python tests/test_faults.py FAULT TARGET BUDGET OUT.json`` (then read OUT.json)."""
 
 SESSIONS_PLANTS = [p for p in PLANTS if p.target == "sessions"]
 """The faults of the HTTP stack: their failures are also written as plain repros."""
+REPLAYED = ("view-keeps-closed", "items-page-gap")
+"""The sessions faults whose plain repros ``python -m stateful replay`` judges (the first switched on)."""
+PLAIN_TRIES = 5
+"""Replays of a race's plain repro with its fault on until it fails (it fails when the timing lets it)."""
 
 _DECO = "Decoration(extra=(), ensure_ascii=False, spaced=False, shuffle=0)"
 PLAIN_REPLAYS = [
@@ -400,7 +411,7 @@ def hunter(request: pytest.FixtureRequest, terminal_leak_guard: str,
     wanted = {item.callspec.params["plant"].key for item in request.session.items
               if item.originalname in ("test_machine_finds_fault", "test_plain_repro_of_a_sessions_fault")}
     if any(item.originalname == "test_replay_says_which_plain_repros_are_fixed" for item in request.session.items):
-        wanted |= {p.key for p in SESSIONS_PLANTS}
+        wanted |= {p.key for p in SESSIONS_PLANTS if p.fault in REPLAYED}
     if any(item.originalname == "test_control_without_fault_passes" for item in request.session.items):
         wanted.add(CONTROL.key)
     plants = [p for p in [*PLANTS, *PLAIN_REPLAYS, CONTROL] if p.key in wanted]  # replays last: they are short
@@ -479,11 +490,11 @@ def test_plain_repro_of_a_sessions_fault(plant: Plant, hunter: Hunter) -> None:
 def test_replay_says_which_plain_repros_are_fixed(hunter: Hunter, tmp_path: Path) -> None:
     """``python -m stateful replay DIR --prune`` on the plain repros of two sessions faults with one
     of them switched on: that one STILL FAILING for its clause, the other FIXED (and deleted)."""
-    written = {p.fault: Path(hunter.result(p.key)[0].plain) for p in SESSIONS_PLANTS}
+    on, off = (next(p for p in SESSIONS_PLANTS if p.fault == name) for name in REPLAYED)
+    written = {p.fault: Path(hunter.result(p.key)[0].plain) for p in (on, off)}
     assert all(path.suffix == ".py" for path in written.values()), written
     for path in written.values():
         shutil.copy(path, tmp_path / path.name)
-    on, off = SESSIONS_PLANTS[-1], SESSIONS_PLANTS[0]
     env = {**{k: v for k, v in os.environ.items() if k != "STATEFUL_FAULTS"}, "STATEFUL_FAULTS": on.fault}
     run = subprocess.run([sys.executable, "-m", "stateful", "replay", str(tmp_path), "--prune"], cwd=tmp_path,
                          env=env, capture_output=True, text=True, timeout=600)
@@ -505,18 +516,27 @@ def test_control_without_fault_passes(hunter: Hunter) -> None:
 
 def _main(fault: str, kind: str, budget: str, out: str) -> None:
     """One hunt in this interpreter (what Hunter runs); the result goes to ``out`` as JSON."""
+    tries = 1  # replays of each shorter program, and of the plain repro with the fault on: more for a race
     if fault == "-":
         result = hunt(kind, (), settings(CI_SETTINGS, max_examples=CONTROL_EXAMPLES))
     elif kind == "replay":
         plant = next(p for p in PLAIN_REPLAYS if p.fault == fault)
         result = replay(fault, plant.program, Path(out).parent / "plain" / fault)
     else:
-        plant = next(p for p in [*PLANTS, RACE] if p.fault == fault)
-        result = hunt(kind, (fault,), budget=float(budget), shrinks=plant.shrinks, plain_dir=Path(out).parent / "plain")
+        plant = next(p for p in PLANTS if p.fault == fault)
+        result = hunt(kind, (fault,), budget=float(budget), shrinks=plant.shrinks, plain_dir=Path(out).parent / "plain",
+                      tries=plant.tries)
+        tries = plant.tries
     if result.plain.endswith(".py"):  # replayed here, in parallel with the other hunts
         env = {k: v for k, v in os.environ.items() if k != "STATEFUL_FAULTS"}
         for name, faulty in (("faulty", True), ("correct", False)):
-            verdict = run_repro(Path(result.plain), env={**env, "STATEFUL_FAULTS": fault} if faulty else env)
+            # a race's repro fails when the timing lets it: replayed with the fault on until it does (a few
+            # times at most); without the fault, once
+            for _ in range(PLAIN_TRIES if faulty and tries > 1 else 1):
+                verdict = run_repro(Path(result.plain), env={**env, "STATEFUL_FAULTS": fault} if faulty else env)
+                result.plain_replays += 1 if faulty else 0
+                if verdict.status != "FIXED":
+                    break
             result.plain_verdicts[name] = [verdict.status, verdict.detail]
     Path(out).write_text(json.dumps(asdict(result)), encoding="utf-8")
 
