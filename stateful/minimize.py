@@ -279,7 +279,10 @@ def reproduced(machine: type, failure: BaseException, tries: int = REPRODUCE_TRI
     clauses = _clauses(failure)
     program, choices = _program(failure), _choices(failure, clauses)
     if not clauses or not (program or choices is not None):
+        failure.add_note("stateful: nothing to replay: " + ("no contract violation inside" if not clauses else
+                                                            "no program in any notes and no run's choices"))
         return failure
+    outcomes: list[str] = []
     for attempt in range(1, tries + 1):
         if program:
             replayed, how = replay_program(machine, program), "replay"
@@ -287,6 +290,8 @@ def reproduced(machine: type, failure: BaseException, tries: int = REPRODUCE_TRI
             replayed, how = _resume(machine, choices, hypothesis_settings), "resumed search"
         else:
             break
+        outcomes.append(f"{how}: " + ("passed" if replayed is None else
+                                      f"{type(replayed).__name__} {clause_of(replayed) or ''}".strip()))
         if replayed is None:
             continue
         if _is_flaky(replayed) and _clauses(replayed) & clauses:  # the resumed shrinking met the race again
@@ -298,6 +303,8 @@ def reproduced(machine: type, failure: BaseException, tries: int = REPRODUCE_TRI
             replayed.add_note(f"stateful: {first}; {how} {attempt} after it failed again "
                               "(a race: it fails when the timing lets it)")
             return replayed
+    failure.add_note(f"stateful: {len(outcomes)} tries did not break {', '.join(sorted(clauses))} again "
+                     f"({'; '.join(outcomes) or 'nothing to replay: no program, no run'})")
     return failure
 
 

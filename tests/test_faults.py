@@ -442,7 +442,7 @@ def test_machine_finds_fault(plant: Plant, hunter: Hunter, record_property: Any)
         if key not in ("message", "program"):
             record_property(key, value)
     record_property("wall", round(wall, 1))
-    shown = f"{result.error_type}: {result.message}\nprogram:\n" + "\n".join(result.program)
+    shown = f"{result.error_type}: {result.message}\nprogram:\n" + "\n".join([*result.program, *result.notes])
     assert result.found, f"the machine did not find {plant.fault} in {result.examples} programs\n{log}"
     assert result.assertion, f"{plant.fault}: the failure is not a contract check's:\n{shown}\n{log}"
     assert result.clause in plant.clauses, (
