@@ -14,12 +14,15 @@ same on a busy machine as on an idle one.
 from __future__ import annotations
 
 import re
+import sys
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, example, given, note, seed, settings
 from hypothesis import strategies as st
+from hypothesis.control import current_build_context
 from hypothesis.database import InMemoryExampleDatabase, choices_to_bytes
 from hypothesis.errors import Flaky
 from hypothesis.internal.conjecture.data import ConjectureData
@@ -28,10 +31,12 @@ from hypothesis.stateful import INVARIANT_MARKER, RULE_MARKER, run_state_machine
 from stateful import repro
 from stateful.clauses import clause_of
 
-__all__ = ["PreconditionUnmet", "drop_steps", "invariants_of", "replay_program", "reproduced", "rule_groups", "run_once", "shorter_failure"]
+__all__ = ["FailingRun", "PreconditionUnmet", "drop_steps", "failing_run", "invariants_of", "replay_program", "reproduced", "rule_groups", "run_once", "shorter_failure"]
 
 REPRODUCE_TRIES = 10
 """Replays of a program whose failure Hypothesis's final replay did not reproduce (see :func:`reproduced`)."""
+EARLIER_RUNS = 3
+"""The smallest failing runs of a search that :func:`reproduced` gives back to Hypothesis besides the failure's own."""
 
 _DEFINES = re.compile(r"^([\w, ]+) = state\.")
 _RULE = re.compile(r"^(?:[\w, ]+ = )?state\.(\w+)\(")
@@ -252,8 +257,27 @@ def shorter_failure(machine: type, failure: BaseException, max_replays: int | No
     return found[0]
 
 
+@dataclass(frozen=True)
+class FailingRun:
+    """A run of Hypothesis's search or shrinking that a contract violation ended: its clause and the
+    choices it was drawn from (what :func:`reproduced` can give back to Hypothesis)."""
+
+    clause: str
+    choices: tuple[Any, ...]
+
+
+def failing_run() -> FailingRun | None:
+    """In a machine's ``teardown`` (Hypothesis calls it while the run's failure propagates): the run,
+    if a contract violation is ending it."""
+    error = sys.exc_info()[1]
+    clause = clause_of(error) if error is not None else None
+    if clause is None:
+        return None
+    return FailingRun(clause, tuple(current_build_context().data.choices))
+
+
 def reproduced(machine: type, failure: BaseException, tries: int = REPRODUCE_TRIES,
-               hypothesis_settings: settings | None = None) -> BaseException:
+               hypothesis_settings: settings | None = None, earlier: Sequence[FailingRun] = ()) -> BaseException:
     """A failure of ``failure``'s program that breaks a clause again, where ``failure`` is one of
     Hypothesis's ``Flaky`` errors: its final replay of the shrunk program did not fail again
     (``FlakyFailure``), or a replay during its search or shrinking drew other choices than the run
@@ -261,49 +285,56 @@ def reproduced(machine: type, failure: BaseException, tries: int = REPRODUCE_TRI
     when the timing lets it (two concurrent calls that finish in either order: a server that pairs
     outputs with calls in completion order gets them right half of the time), and Hypothesis ends at
     the first replay that went otherwise. The clauses are those of every violation in ``failure``
-    (nested groups, causes and contexts included); the program is replayed up to ``tries`` more
-    times on ``machine`` (bound to the target that failed) and the first replay that breaks one of
-    those clauses is returned, with a note saying how many replays it took:
+    (nested groups, causes and contexts included):
 
-    * the program Hypothesis reported in the notes (its final replay's), replayed step by step;
-    * without one (Hypothesis stopped in its search or shrinking, before any final replay), the
-      choices of the run that failed (read from its traceback) are given back to Hypothesis as a
-      saved example and Hypothesis shrinks on from it, with ``hypothesis_settings`` (the settings
-      of the run that failed; the loaded profile's by default) and no generation. Should that stop
-      at a race again, the next try goes on from what it got to.
+    * the program Hypothesis reported in the notes (its final replay's) is replayed step by step on
+      ``machine`` (bound to the target that failed), up to ``tries`` times;
+    * without one (Hypothesis stopped in its search or shrinking, before any final replay), or if no
+      replay failed again: the choices of the run that failed (read from its traceback) and of the
+      ``EARLIER_RUNS`` smallest ``earlier`` failing runs of the search (:func:`failing_run`) are given
+      back to Hypothesis as saved examples and Hypothesis replays them and shrinks on from the first
+      that fails, with ``hypothesis_settings`` (the settings of the run that failed; the loaded
+      profile's by default) and no generation, up to ``tries`` times. Should that stop at a race
+      again, the next try goes on from what it got to.
 
-    The failure returned is always a real replay's. Anything else, or no such replay, is returned as
-    it was."""
+    The first replay that breaks one of those clauses (or an earlier run's) is returned, with a note
+    saying how it came: always a real replay's. Anything else, or no such replay, is returned as it
+    was, with a note saying what the tries gave."""
     if not _is_flaky(failure):
         return failure
     clauses = _clauses(failure)
+    runs = sorted({run.choices: run for run in earlier}.values(), key=lambda run: len(run.choices))[:EARLIER_RUNS]
+    wanted = clauses | {run.clause for run in runs}
     program, choices = _program(failure), _choices(failure, clauses)
-    if not clauses or not (program or choices is not None):
-        failure.add_note("stateful: nothing to replay: " + ("no contract violation inside" if not clauses else
-                                                            "no program in any notes and no run's choices"))
-        return failure
+    corpus = ([choices] if choices is not None else []) + [run.choices for run in runs]
     outcomes: list[str] = []
-    for attempt in range(1, tries + 1):
-        if program:
-            replayed, how = replay_program(machine, program), "replay"
-        elif choices is not None:
-            replayed, how = _resume(machine, choices, hypothesis_settings), "resumed search"
+    replays = resumes = 0
+    while len(outcomes) < 2 * tries:
+        if program and replays < tries:
+            replays += 1
+            replayed, how, count, accepted = replay_program(machine, program), "replay", replays, clauses
+        elif corpus and resumes < tries:
+            resumes += 1
+            replayed, how, count, accepted = _resume(machine, corpus, hypothesis_settings), "resumed search", resumes, wanted
         else:
             break
         outcomes.append(f"{how}: " + ("passed" if replayed is None else
                                       f"{type(replayed).__name__} {clause_of(replayed) or ''}".strip()))
         if replayed is None:
             continue
-        if _is_flaky(replayed) and _clauses(replayed) & clauses:  # the resumed shrinking met the race again
-            program, choices = _program(replayed), _choices(replayed, clauses) or choices
+        if _is_flaky(replayed) and _clauses(replayed) & wanted:  # the resumed shrinking met the race again:
+            if _program(replayed):  # go on from where it got to
+                program, replays, clauses = _program(replayed), 0, clauses | _clauses(replayed)
+            more = _choices(replayed, wanted)
+            corpus = [more, *corpus] if more is not None else corpus
             continue
-        if clause_of(replayed) in clauses:
+        if clause_of(replayed) in accepted:
             first = ("Hypothesis's final replay of this program passed" if _program(failure)
                      else "Hypothesis stopped at a replay that went otherwise than the run it replayed")
-            replayed.add_note(f"stateful: {first}; {how} {attempt} after it failed again "
+            replayed.add_note(f"stateful: {first}; {how} {count} after it failed again "
                               "(a race: it fails when the timing lets it)")
             return replayed
-    failure.add_note(f"stateful: {len(outcomes)} tries did not break {', '.join(sorted(clauses))} again "
+    failure.add_note(f"stateful: {len(outcomes)} tries did not break {', '.join(sorted(wanted)) or 'a clause'} again "
                      f"({'; '.join(outcomes) or 'nothing to replay: no program, no run'})")
     return failure
 
@@ -351,24 +382,24 @@ def _choices(failure: BaseException, clauses: Collection[str]) -> tuple[Any, ...
 
 
 class _Resume(InMemoryExampleDatabase):
-    """An example database that holds one saved example, as a secondary one for every key (a
-    primary one would be replayed and not shrunk again)."""
+    """An example database that holds saved examples, as secondary ones for every key (a primary
+    one would be replayed and not shrunk again)."""
 
-    def __init__(self, choices: Sequence[Any]) -> None:
+    def __init__(self, corpus: Sequence[Sequence[Any]]) -> None:
         super().__init__()
-        self._saved = choices_to_bytes(choices)
+        self._saved = [choices_to_bytes(choices) for choices in corpus]
 
     def fetch(self, key: bytes) -> Iterable[bytes]:
         if key.endswith(b".secondary"):
-            yield self._saved
+            yield from self._saved
         yield from super().fetch(key)
 
 
-def _resume(machine: type, choices: Sequence[Any], hypothesis_settings: settings | None) -> BaseException | None:
-    """Hypothesis run on ``machine`` from the saved example ``choices`` (its replay, then shrinking
-    if it fails; no generation); what it raised, or None."""
+def _resume(machine: type, corpus: Sequence[Sequence[Any]], hypothesis_settings: settings | None) -> BaseException | None:
+    """Hypothesis run on ``machine`` from the saved examples ``corpus`` (replayed, smallest first, until
+    one fails, then shrunk; no generation); what it raised, or None."""
     resumed = seed(0)(type(machine.__name__, (machine,), {}))
-    options = settings(hypothesis_settings or settings(), derandomize=False, database=_Resume(choices),
+    options = settings(hypothesis_settings or settings(), derandomize=False, database=_Resume(corpus),
                        phases=[Phase.reuse, Phase.shrink])
     try:
         run_state_machine_as_test(resumed, settings=options)

@@ -61,7 +61,7 @@ from stateful import workers
 from stateful.clauses import CLAUSES, clause_of
 from stateful.machine import MachineConfig, TerminalMachine
 from stateful.reference import faults
-from stateful.minimize import replay_program, reproduced, shorter_failure
+from stateful.minimize import FailingRun, failing_run, replay_program, reproduced, shorter_failure
 from stateful.plain import NoPlainForm, write_plain_repro
 from stateful.replay import run_repro
 from stateful.repro import reported_program
@@ -158,6 +158,9 @@ def hunt(kind: str, names: tuple[str, ...] = (), hypothesis_settings: settings =
         def teardown(self) -> None:
             result.examples += 1
             failed = self.world.busy  # a rule was still running: it failed
+            run = failing_run()
+            if run is not None:
+                failing_runs.append(run)
             try:
                 super().teardown()
             except BaseException:
@@ -167,6 +170,8 @@ def hunt(kind: str, names: tuple[str, ...] = (), hypothesis_settings: settings =
                 if failed and result.first_failure is None:
                     result.first_failure = round(time.monotonic() - start, 1)
 
+    failing_runs: list[FailingRun] = []
+    """The runs a contract violation ended: what a race that Hypothesis took for a flaw is resumed from."""
     error: BaseException | None = None
     with shrink_budget(budget, shrinks):
         with ExitStack() as cleanup:
@@ -179,8 +184,8 @@ def hunt(kind: str, names: tuple[str, ...] = (), hypothesis_settings: settings =
                     error = exc
                 if error is not None:  # with the fault still on: a race replayed until it shows again (if
                     # Hypothesis's final replay missed it), then the steps Hypothesis left, dropped if they can be
-                    error = shorter_failure(FaultHunt, reproduced(FaultHunt, error, hypothesis_settings=hypothesis_settings),
-                                            tries=tries)
+                    error = shorter_failure(FaultHunt, reproduced(FaultHunt, error, hypothesis_settings=hypothesis_settings,
+                                                                  earlier=failing_runs), tries=tries)
                 if error is not None and plain_dir is not None and kind == "sessions" and clause_of(error):
                     result.plain = _plain(plain_dir, FaultHunt, target, error,
                                           tries=PLAIN_TRIES if tries > 1 else 1)
