@@ -247,3 +247,42 @@ def test_reproduced_resumes_hypothesis_from_a_run_with_no_reported_program(monke
         assert any("resumed search 1 after it failed again" in str(note) for note in again.__notes__)
         bare = FlakyFailure("flaky", [AssertionError("not a contract violation")])
         assert reproduced(machine, bare) is bare
+
+
+def test_reproduced_resumes_from_the_earlier_failing_runs_of_the_search() -> None:
+    """A flaky failure whose own violation does not fail again (or has no run to resume from) is
+    resumed from the smallest failing runs the search met (recorded by the machine's teardown with
+    failing_run): what comes back is a real run's violation of one of their clauses."""
+    from hypothesis import HealthCheck, Phase, settings
+    from hypothesis.errors import FlakyStrategyDefinition
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from stateful.minimize import FailingRun, failing_run
+    from stateful.shrinking import shrink_budget
+
+    quick = settings(max_examples=5, stateful_step_count=4, derandomize=True, deadline=None, database=None,
+                     phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+    runs: list[FailingRun] = []
+    with machine_with_fault("list-sorted") as machine:
+
+        class Recording(machine):  # type: ignore[misc, valid-type]
+            def teardown(self) -> None:
+                run = failing_run()
+                if run is not None:
+                    runs.append(run)
+                super().teardown()
+
+        Recording.__name__ = machine.__name__
+        with pytest.raises(AssertionError) as caught:
+            run_state_machine_as_test(Recording, settings=quick)
+        clause = clause_of(caught.value)
+        assert runs and {run.clause for run in runs} == {clause} and all(run.choices for run in runs), runs
+        drew = FlakyStrategyDefinition("The second run stopped drawing earlier than the first run.")
+        drew.__context__ = AssertionError("not a contract violation")  # nothing of its own to replay
+        with shrink_budget(60, 5):
+            again = reproduced(Recording, drew, tries=2, hypothesis_settings=quick, earlier=runs)
+        assert clause_of(again) == clause, again
+        assert any("resumed search 1 after it failed again" in str(note) for note in again.__notes__)
+        assert "state.start(" in reported_program(again)[1]
+        assert reproduced(Recording, drew, tries=2, hypothesis_settings=quick) is drew  # no earlier runs: as it was
+        assert any("nothing to replay" in str(note) for note in drew.__notes__)
