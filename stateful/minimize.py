@@ -30,6 +30,7 @@ from hypothesis.stateful import INVARIANT_MARKER, RULE_MARKER, run_state_machine
 
 from stateful import repro
 from stateful.clauses import clause_of
+from stateful.shrinking import shrink_budget
 
 __all__ = ["FailingRun", "PreconditionUnmet", "drop_steps", "failing_run", "invariants_of", "replay_program", "reproduced", "rule_groups", "run_once", "shorter_failure"]
 
@@ -277,7 +278,8 @@ def failing_run() -> FailingRun | None:
 
 
 def reproduced(machine: type, failure: BaseException, tries: int = REPRODUCE_TRIES,
-               hypothesis_settings: settings | None = None, earlier: Sequence[FailingRun] = ()) -> BaseException:
+               hypothesis_settings: settings | None = None, earlier: Sequence[FailingRun] = (),
+               deadline: float | None = None) -> BaseException:
     """A failure of ``failure``'s program that breaks a clause again, where ``failure`` is one of
     Hypothesis's ``Flaky`` errors: its final replay of the shrunk program did not fail again
     (``FlakyFailure``), or a replay during its search or shrinking drew other choices than the run
@@ -297,6 +299,7 @@ def reproduced(machine: type, failure: BaseException, tries: int = REPRODUCE_TRI
       profile's by default) and no generation, up to ``tries`` times. Should that stop at a race
       again, the next try goes on from what it got to.
 
+    No try starts after ``deadline`` (a ``time.time()``), and a resumed search shrinks until it at most.
     The first replay that breaks one of those clauses (or an earlier run's) is returned, with a note
     saying how it came: always a real replay's. Anything else, or no such replay, is returned as it
     was, with a note saying what the tries gave."""
@@ -310,12 +313,16 @@ def reproduced(machine: type, failure: BaseException, tries: int = REPRODUCE_TRI
     outcomes: list[str] = []
     replays = resumes = 0
     while len(outcomes) < 2 * tries:
+        left = None if deadline is None else deadline - time.time()
+        if left is not None and left <= 0:
+            outcomes.append("deadline")
+            break
         if program and replays < tries:
             replays += 1
             replayed, how, count, accepted = replay_program(machine, program), "replay", replays, clauses
         elif corpus and resumes < tries:
             resumes += 1
-            replayed, how, count, accepted = _resume(machine, corpus, hypothesis_settings), "resumed search", resumes, wanted
+            replayed, how, count, accepted = _resume(machine, corpus, hypothesis_settings, left), "resumed search", resumes, wanted
         else:
             break
         outcomes.append(f"{how}: " + ("passed" if replayed is None else
@@ -395,14 +402,16 @@ class _Resume(InMemoryExampleDatabase):
         yield from super().fetch(key)
 
 
-def _resume(machine: type, corpus: Sequence[Sequence[Any]], hypothesis_settings: settings | None) -> BaseException | None:
+def _resume(machine: type, corpus: Sequence[Sequence[Any]], hypothesis_settings: settings | None,
+            seconds: float | None = None) -> BaseException | None:
     """Hypothesis run on ``machine`` from the saved examples ``corpus`` (replayed, smallest first, until
-    one fails, then shrunk; no generation); what it raised, or None."""
+    one fails, then shrunk for ``seconds`` at most; no generation); what it raised, or None."""
     resumed = seed(0)(type(machine.__name__, (machine,), {}))
     options = settings(hypothesis_settings or settings(), derandomize=False, database=_Resume(corpus),
                        phases=[Phase.reuse, Phase.shrink])
     try:
-        run_state_machine_as_test(resumed, settings=options)
+        with shrink_budget(None if seconds is None else max(seconds, 10.0)):
+            run_state_machine_as_test(resumed, settings=options)
     except Exception as failure:  # noqa: BLE001 - judged by the caller
         return failure
     return None

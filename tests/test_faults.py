@@ -80,6 +80,10 @@ WORKERS = 5
 """Hunts run at once."""
 HUNT_TIMEOUT = 900.0
 """Longest a hunt may take (its process group is ended then)."""
+REPRODUCE_BY = 540.0
+"""Seconds into a hunt after which no replay or resumed search of a race starts (``minimize.reproduced``)."""
+SHORTER_BY = 720.0
+"""Seconds into a hunt after which the step-dropping pass replays nothing more (the plain repro comes after)."""
 
 
 def _ci_profile() -> tuple[settings, MachineConfig]:
@@ -148,7 +152,7 @@ def hunt(kind: str, names: tuple[str, ...] = (), hypothesis_settings: settings =
     with ``plain_dir``, a contract violation found on the sessions target is also written there as
     a plain repro (recorded with the fault still on), as ``pytest stateful/`` does. ``tries``: replays of
     each shorter program the step-dropping pass tries (more than one for a race)."""
-    start = time.monotonic()
+    start, started = time.monotonic(), time.time()
     result = Hunt()
 
     class FaultHunt(TerminalMachine):
@@ -185,7 +189,8 @@ def hunt(kind: str, names: tuple[str, ...] = (), hypothesis_settings: settings =
                 if error is not None:  # with the fault still on: a race replayed until it shows again (if
                     # Hypothesis's final replay missed it), then the steps Hypothesis left, dropped if they can be
                     error = shorter_failure(FaultHunt, reproduced(FaultHunt, error, hypothesis_settings=hypothesis_settings,
-                                                                  earlier=failing_runs), tries=tries)
+                                                                  earlier=failing_runs, deadline=started + REPRODUCE_BY),
+                                            tries=tries, deadline=started + SHORTER_BY)
                 if error is not None and plain_dir is not None and kind == "sessions" and clause_of(error):
                     result.plain = _plain(plain_dir, FaultHunt, target, error,
                                           tries=PLAIN_TRIES if tries > 1 else 1)
