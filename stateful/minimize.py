@@ -300,7 +300,9 @@ def reproduced(machine: type, failure: BaseException, tries: int = REPRODUCE_TRI
       again, the next try goes on from what it got to.
 
     No try starts after ``deadline`` (a ``time.time()``), and a resumed search shrinks until it at most.
-    The first replay that breaks one of those clauses (or an earlier run's) is returned, with a note
+    The first replay of the program that breaks one of those clauses, or the first contract violation a
+    resumed search ends with (Hypothesis's own result: it shrinks from the runs that failed, and reports
+    what it got to), is returned, with a note
     saying how it came: always a real replay's. Anything else, or no such replay, is returned as it
     was, with a note saying what the tries gave."""
     if not _is_flaky(failure):
@@ -319,23 +321,24 @@ def reproduced(machine: type, failure: BaseException, tries: int = REPRODUCE_TRI
             break
         if program and replays < tries:
             replays += 1
-            replayed, how, count, accepted = replay_program(machine, program), "replay", replays, clauses
+            replayed, how, count = replay_program(machine, program), "replay", replays
         elif corpus and resumes < tries:
             resumes += 1
-            replayed, how, count, accepted = _resume(machine, corpus, hypothesis_settings, left), "resumed search", resumes, wanted
+            replayed, how, count = _resume(machine, corpus, hypothesis_settings, left), "resumed search", resumes
         else:
             break
         outcomes.append(f"{how}: " + ("passed" if replayed is None else
                                       f"{type(replayed).__name__} {clause_of(replayed) or ''}".strip()))
         if replayed is None:
             continue
-        if _is_flaky(replayed) and _clauses(replayed) & wanted:  # the resumed shrinking met the race again:
+        if _is_flaky(replayed) and _clauses(replayed):  # the resumed shrinking met the race again:
+            wanted |= _clauses(replayed)
             if _program(replayed):  # go on from where it got to
                 program, replays, clauses = _program(replayed), 0, clauses | _clauses(replayed)
-            more = _choices(replayed, wanted)
+            more = _choices(replayed, _clauses(replayed))
             corpus = [more, *corpus] if more is not None else corpus
             continue
-        if clause_of(replayed) in accepted:
+        if clause_of(replayed) in clauses or (how == "resumed search" and clause_of(replayed) is not None):
             first = ("Hypothesis's final replay of this program passed" if _program(failure)
                      else "Hypothesis stopped at a replay that went otherwise than the run it replayed")
             replayed.add_note(f"stateful: {first}; {how} {count} after it failed again "
