@@ -37,6 +37,11 @@ __all__ = ["FailingRun", "PreconditionUnmet", "drop_steps", "failing_run", "inva
 REPRODUCE_TRIES = 10
 """Replays of a program whose failure Hypothesis's final replay did not reproduce (see :func:`reproduced`)."""
 EARLIER_RUNS = 3
+LATE_REPLAYS = 3
+"""Replays of a program :func:`reproduced` still tries after its deadline (a resumed search may end
+there, with the program of its final replay)."""
+RESUME_SHRINK_SECONDS = 150.0
+"""Most seconds a resumed search of :func:`reproduced` shrinks when it has a deadline (half the time left, at most)."""
 """The smallest failing runs of a search that :func:`reproduced` gives back to Hypothesis besides the failure's own."""
 
 _DEFINES = re.compile(r"^([\w, ]+) = state\.")
@@ -299,7 +304,8 @@ def reproduced(machine: type, failure: BaseException, tries: int = REPRODUCE_TRI
       profile's by default) and no generation, up to ``tries`` times. Should that stop at a race
       again, the next try goes on from what it got to.
 
-    No try starts after ``deadline`` (a ``time.time()``), and a resumed search shrinks until it at most.
+    No resumed search starts after ``deadline`` (a ``time.time()``), and one shrinks for half the time
+    left at most (``RESUME_SHRINK_SECONDS`` at most); after it, up to ``LATE_REPLAYS`` replays of a program.
     The first replay of the program that breaks one of those clauses, or the first contract violation a
     resumed search ends with (Hypothesis's own result: it shrinks from the runs that failed, and reports
     what it got to), is returned, with a note
@@ -316,7 +322,8 @@ def reproduced(machine: type, failure: BaseException, tries: int = REPRODUCE_TRI
     replays = resumes = 0
     while len(outcomes) < 2 * tries:
         left = None if deadline is None else deadline - time.time()
-        if left is not None and left <= 0:
+        late = left is not None and left <= 0
+        if late and not (program and replays < min(tries, LATE_REPLAYS)):
             outcomes.append("deadline")
             break
         if program and replays < tries:
@@ -324,7 +331,8 @@ def reproduced(machine: type, failure: BaseException, tries: int = REPRODUCE_TRI
             replayed, how, count = replay_program(machine, program), "replay", replays
         elif corpus and resumes < tries:
             resumes += 1
-            replayed, how, count = _resume(machine, corpus, hypothesis_settings, left), "resumed search", resumes
+            seconds = None if left is None else min(left / 2, RESUME_SHRINK_SECONDS)  # time left to replay what it gives
+            replayed, how, count = _resume(machine, corpus, hypothesis_settings, seconds), "resumed search", resumes
         else:
             break
         outcomes.append(f"{how}: " + ("passed" if replayed is None else
