@@ -37,12 +37,12 @@ __all__ = ["FailingRun", "PreconditionUnmet", "drop_steps", "failing_run", "inva
 REPRODUCE_TRIES = 10
 """Replays of a program whose failure Hypothesis's final replay did not reproduce (see :func:`reproduced`)."""
 EARLIER_RUNS = 3
+"""The smallest failing runs of a search that :func:`reproduced` gives back to Hypothesis besides the failure's own."""
 LATE_REPLAYS = 3
 """Replays of a program :func:`reproduced` still tries after its deadline (a resumed search may end
 there, with the program of its final replay)."""
 RESUME_SHRINK_SECONDS = 150.0
 """Most seconds a resumed search of :func:`reproduced` shrinks when it has a deadline (half the time left, at most)."""
-"""The smallest failing runs of a search that :func:`reproduced` gives back to Hypothesis besides the failure's own."""
 
 _DEFINES = re.compile(r"^([\w, ]+) = state\.")
 _RULE = re.compile(r"^(?:[\w, ]+ = )?state\.(\w+)\(")
