@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import ast
 import concurrent.futures as cf
+import faulthandler
 import json
 import os
 import re
@@ -80,6 +81,8 @@ WORKERS = 5
 """Hunts run at once."""
 HUNT_TIMEOUT = 900.0
 """Longest a hunt may take (its process group is ended then)."""
+STACKS_BEFORE_TIMEOUT = 20.0
+"""Seconds before ``HUNT_TIMEOUT`` at which a hunt still running dumps its threads' stacks to its log."""
 REPRODUCE_BY = 540.0
 """Seconds into a hunt after which no replay or resumed search of a race starts (``minimize.reproduced``)."""
 SHORTER_BY = 720.0
@@ -283,29 +286,29 @@ SWAPPED_OUTPUT_CLAUSES = ("step.concurrent", "close.closed", "close.not-found", 
 """What a concurrent call's output that went to another call of the same reply breaks: the clause of
 the call it landed on (a list's array on a close, a close's names on another close, ...)."""
 
-PLANTS = [  # slowest hunts first (they start first)
+PLANTS = [  # longest hunts first (they start first: the pool ends together, not on one long hunt started last)
+    Plant("delete-keeps-terminals", "direct", ("session.delete",)),
     Plant("outputs-completion-order", "sessions", SWAPPED_OUTPUT_CLAUSES, shrinks=15, says="no sequential order of the",
           tries=3),
+    Plant("double-launch", "direct", ("launch.already-running",)),
+    Plant("keys-default-none", "direct", ("send.keys",)),
+    Plant("exit-not-reaped", "direct", ("list.exit-removed",), shrinks=15),
+    Plant("scrollback-capped", "direct", ("read.rows-exact", "read.history")),
+    Plant("read-history-short", "direct", ("read.rows-exact",)),
+    Plant("scrollback-ignored", "direct", ("read.rows-exact", "read.history")),
+    Plant("long-text-cut", "direct", ("send.text-literal",)),
+    Plant("view-keeps-closed", "sessions", ("view.terminals",)),
+    Plant("trailing-semicolon", "direct", ("send.text-literal",)),
+    Plant("extra-key-rejected", "direct", ("args.extra-keys",)),
+    Plant("resource-id-collision", "direct", ("events.unique-ids",)),
+    Plant("cross-session", "direct", ("scope.session",)),
+    Plant("prefix-match", "direct", ("scope.names-exact",)),
+    Plant("scrollback-bool", "direct", ("read.scrollback-type",)),
     Plant("close-leaks-server", "direct", ("close.nothing-left",)),
     Plant("close-event-lost", "direct", ("events.recorded",)),
-    Plant("trailing-semicolon", "direct", ("send.text-literal",)),
-    Plant("long-text-cut", "direct", ("send.text-literal",)),
-    Plant("double-launch", "direct", ("launch.already-running",)),
-    Plant("exit-not-reaped", "direct", ("list.exit-removed",), shrinks=15),
     Plant("closed-still-listed", "direct", ("list.registered",)),
-    Plant("prefix-match", "direct", ("scope.names-exact",)),
-    Plant("extra-key-rejected", "direct", ("args.extra-keys",)),
-    Plant("keys-default-none", "direct", ("send.keys",)),
-    Plant("scrollback-bool", "direct", ("read.scrollback-type",)),
-    Plant("scrollback-ignored", "direct", ("read.rows-exact", "read.history")),
-    Plant("read-history-short", "direct", ("read.rows-exact",)),
-    Plant("scrollback-capped", "direct", ("read.rows-exact", "read.history")),
-    Plant("list-sorted", "direct", ("list.order", "list.baseline")),
-    Plant("cross-session", "direct", ("scope.session",)),
-    Plant("resource-id-collision", "direct", ("events.unique-ids",)),
     Plant("items-page-gap", "sessions", ("items.pagination",)),
-    Plant("view-keeps-closed", "sessions", ("view.terminals",)),
-    Plant("delete-keeps-terminals", "direct", ("session.delete",)),
+    Plant("list-sorted", "direct", ("list.order", "list.baseline")),
 ]
 GAPS: dict[str, tuple[str, str, str]] = {}
 """Faults the machine does not find with the ci profile: out of the suite, not hidden (docs/faults.md).
@@ -398,7 +401,7 @@ class Hunter:
             except subprocess.TimeoutExpired:
                 worker.end()  # its terminals' tmux servers are then ended by its reaper
         wall = time.monotonic() - started
-        tail = log.read_text(errors="replace")[-3000:]
+        tail = log.read_text(errors="replace")[-8000:]  # room for a timed-out hunt's stacks
         code = worker.proc.returncode
         if code != 0 or not out.exists():
             return Hunt(error_type="HuntCrashed", message=f"hunt exited {code} after {wall:.0f} s"), wall, tail
@@ -554,4 +557,7 @@ def _main(fault: str, kind: str, budget: str, out: str) -> None:
 
 if __name__ == "__main__":
     workers.follow_parent()  # a hunt ends with its test run, even one that was killed outright
+    # a hunt that is about to be ended at HUNT_TIMEOUT first writes where each of its threads is (to its
+    # log, which the failing test shows): a hang and a slow hunt then read differently
+    faulthandler.dump_traceback_later(HUNT_TIMEOUT - STACKS_BEFORE_TIMEOUT)
     _main(*sys.argv[1:5])
