@@ -262,13 +262,18 @@ class LongText(OneLine):
         return (self.piece * (self.size // len(self.piece) + 1))[: self.size]
 
 
+def _without_avoided_edges(piece: str) -> str:
+    edges = steering.avoided_edges()
+    return "".join(c for c in piece if c not in edges) or "x" if edges else piece
+
+
 def long_payloads() -> st.SearchStrategy[LongText]:
     """One line (no newline: a line typed while the program is between reads is cut at 4095 bytes)."""
     piece = st.one_of(st.sampled_from(("0123456789abcdef", "-;\\;'\"#{x} ", "é日😀-", "Enter C-c ")),
                       st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc", "Co", "Cn", "Zl", "Zp")),
                               min_size=1, max_size=20))
     # a server may split a long text anywhere: an avoided edge character may not occur in it at all
-    piece = piece.map(lambda p: "".join(c for c in p if c not in steering.avoided_edges()) or "x")
+    piece = piece.map(_without_avoided_edges)
     return st.builds(LongText, piece, st.integers(16 * 1024 + 1, 20 * 1024))
 
 

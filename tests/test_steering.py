@@ -154,6 +154,11 @@ def test_a_search_ends_once_a_known_failure_names_an_input_it_still_draws(tmp_pa
     gate.steered = frozenset({"semicolon-edge"})
     program()
     assert ran == [1, 1]
+    replaying = Gate(seen_dir=tmp_path, allowed=frozenset(), worker=0, started=0.0, deadline=time.time() + 60,
+                     resteer=False)  # a search replaying the example database first is not cut short
+    replaying._guard(lambda: ran.append(3))()
+    assert ran == [1, 1, 3]
+    ran.pop()
     quiet = Gate(seen_dir=tmp_path, allowed=frozenset(), worker=0, started=0.0, deadline=time.time() + 60, steer=False)
     quiet._guard(lambda: ran.append(2))()
     assert ran == [1, 1, 2]

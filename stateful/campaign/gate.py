@@ -108,6 +108,9 @@ class Gate:
     """Note the triggers of known failures, so that later searches avoid them (``--no-steering``: not)."""
     steered: frozenset[str] = frozenset()
     """The triggers the current search avoids (set by the worker when it starts)."""
+    resteer: bool = True
+    """End the search once a known failure's trigger is not in ``steered`` (not in a search that
+    replays the example database first: ending it would skip the failures saved after the first)."""
 
     def new_run(self) -> None:
         self.done |= self.run_claims
@@ -145,7 +148,7 @@ class Gate:
                 if time.time() >= self.deadline:
                     raise BudgetSpent()
                 self.ignored = seen.claimed(self.seen_dir) | self.done
-                if self.steer and not seen.avoided(self.seen_dir) <= self.steered:
+                if self.steer and self.resteer and not seen.avoided(self.seen_dir) <= self.steered:
                     raise Resteer()
             self.machine = None
             try:

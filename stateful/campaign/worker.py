@@ -145,6 +145,7 @@ class Worker:
 
         # fixed for the whole search, so that its programs replay and shrink the same way
         self.gate.steered = seen.avoided(self.gate.seen_dir) if self.config.steer else frozenset()
+        self.gate.resteer = Phase.reuse not in (run_settings.phases or ())
         steering.avoid(self.gate.steered)
         test = get_state_machine_test(self.gate.factory(machine), settings=run_settings)
         test._hypothesis_internal_use_seed = seed  # type: ignore[attr-defined]
