@@ -204,12 +204,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-ms", type=float, default=40.0,
                         help="machine: the slow server's added latency per response (default 40)")
     parser.add_argument("--machine-targets", default="direct,sessions,latency",
-                        help="machine: which runs, in order (default direct,sessions,latency)")
+                        help="machine: which runs, in order (default direct,sessions,latency; "
+                             "server: the one given by the next three options)")
+    parser.add_argument("--server-url", default="", help="machine: a running server to measure (target server)")
+    parser.add_argument("--mock-llm-url", default="", help="machine: that server's mock LLM")
+    parser.add_argument("--runner-id", default="", help="machine: that server's runner id")
+    parser.add_argument("--avoid", default="",
+                        help="machine: steering triggers not to draw, comma-separated (known bugs of a real server)")
     options = parser.parse_args(argv)
     chosen = [s.strip() for s in options.only.split(",") if s.strip()] or list(SECTIONS)
     unknown = [s for s in chosen if s not in SECTIONS]
     if unknown:
         parser.error(f"unknown section(s) {unknown}; known: {list(SECTIONS)}")
+    if "machine" in chosen:  # its options are checked before any section runs
+        from stateful.bench_machine import plan
+
+        try:
+            plan(options)
+        except ValueError as why:
+            parser.error(str(why))
     if "floor" not in chosen:
         chosen.insert(0, "floor")  # every ratio is against the floor of the same run
 

@@ -8,7 +8,11 @@ against each target in one run, so the figures are comparable as ratios on a noi
 * ``direct``: the in-process registry;
 * ``sessions``: the embedded HTTP stack (``EmbeddedStack``), as ``pytest stateful/`` runs it;
 * ``sessions +N ms``: the same stack with every sessions-API response delayed (``--latency-ms``,
-  as ``serve --latency`` and ``--stack-latency`` do), a slow server.
+  as ``serve --latency`` and ``--stack-latency`` do), a slow server;
+* ``server``: a running server given by ``--server-url``, ``--mock-llm-url`` and ``--runner-id`` (a
+  real one, measured by hand). A real server has bugs: the run ends at the first program that breaks
+  a clause (the failure is printed, the figures cover what ran), and ``--avoid`` stops drawing the
+  inputs that provoke the bugs already known (the campaign's steering triggers), so that it runs on.
 
 Besides steps (rules) and turns per second it shows where the tester's thread spends a run's time,
 from :mod:`stateful.meter` (switched on only here): waiting for HTTP answers (by kind of request),
@@ -28,8 +32,12 @@ from dataclasses import dataclass
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from stateful import meter
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from stateful import meter, steering
 from stateful.machine import MachineConfig, TerminalMachine
+from stateful.targets.base import Target
 from stateful.targets.fresh import fresh_target
 
 TIME_KINDS = ("http", "mock configure", "terminal", "sleep")
@@ -59,20 +67,44 @@ def _ci(programs: int) -> tuple[settings, MachineConfig]:
     return chosen, machine_conftest.MACHINE_CONFIGS["ci"]
 
 
-def run_programs(kind: str, latency: float, programs: int, label: str) -> Run:
-    """The first ``programs`` ci programs against a fresh ``kind`` target, metered."""
+@dataclass(frozen=True)
+class Server:
+    """A running server to measure (``--server-url``, ``--mock-llm-url``, ``--runner-id``)."""
+
+    server_url: str
+    mock_llm_url: str
+    runner_id: str
+
+
+@contextmanager
+def _target(kind: str | Server, latency: float) -> Iterator[Target]:
+    if not isinstance(kind, Server):
+        with fresh_target(kind, latency) as target:
+            yield target
+        return
+    from stateful.targets.sessions import SessionsTarget
+
+    target = SessionsTarget(kind.server_url, kind.mock_llm_url, kind.runner_id)
+    try:
+        yield target
+    finally:
+        target.close()
+
+
+def run_programs(kind: str | Server, latency: float, programs: int, label: str) -> Run:
+    """The first ``programs`` ci programs against a fresh ``kind`` target (or a running server), metered."""
     hypothesis_settings, config = _ci(programs)
     counted = {"rules": 0, "turns": 0, "programs": 0}
 
     class BenchMachine(TerminalMachine):
         def teardown(self) -> None:
             counted["rules"] += self.rules_run
-            counted["turns"] += self.turns
+            counted["turns"] += self.world.turns
             counted["programs"] += 1
             super().teardown()
 
     failure = ""
-    with fresh_target(kind, latency) as target:
+    with _target(kind, latency) as target:
         BenchMachine.bind(target, config)
         with meter.metering() as totals:
             cpu, started = time.thread_time(), time.perf_counter()
@@ -133,16 +165,40 @@ def render(runs: list[Run]) -> str:
     return "\n".join(lines)
 
 
+def plan(options: argparse.Namespace) -> tuple[list[tuple[str | Server, float, str]], list[str]]:
+    """The runs ``options`` ask for (target, latency, label), in order, and the triggers to avoid.
+    Raises ``ValueError`` with one plain line for options that do not go together."""
+    known: dict[str, tuple[str | Server, float, str]] = {
+        "direct": ("direct", 0.0, "direct"), "sessions": ("sessions", 0.0, "sessions"),
+        "latency": ("sessions", options.latency_ms / 1000, f"sessions +{options.latency_ms:g} ms")}
+    names = [n.strip() for n in options.machine_targets.split(",") if n.strip()]
+    given = [options.server_url, options.mock_llm_url, options.runner_id]
+    if any(given) and not all(given):
+        raise ValueError("--server-url, --mock-llm-url and --runner-id go together")
+    if all(given):
+        known["server"] = (Server(options.server_url.rstrip("/"), options.mock_llm_url.rstrip("/"),
+                                  options.runner_id), 0.0, "server")
+    elif "server" in names:
+        raise ValueError("--machine-targets server needs --server-url, --mock-llm-url and --runner-id")
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise ValueError(f"--machine-targets: unknown {', '.join(unknown) or '(none given)'}; "
+                         f"known: {', '.join(known)}")
+    triggers = [t.strip() for t in options.avoid.split(",") if t.strip()]
+    unknown = [t for t in triggers if t not in steering.TRIGGERS]
+    if unknown:
+        raise ValueError(f"--avoid: unknown {', '.join(unknown)}; known: {', '.join(steering.TRIGGERS)}")
+    return [known[n] for n in names], triggers
+
+
 def section(options: argparse.Namespace) -> list[object]:
     """Run the fixed programs against each target, print the tables; no rows for the common table."""
-    plan = {"direct": ("direct", 0.0, "direct"), "sessions": ("sessions", 0.0, "sessions"),
-            "latency": ("sessions", options.latency_ms / 1000, f"sessions +{options.latency_ms:g} ms")}
-    names = [n.strip() for n in options.machine_targets.split(",") if n.strip()]
-    unknown = [n for n in names if n not in plan]
-    if unknown:
-        raise SystemExit(f"--machine-targets: unknown {unknown}; known: {', '.join(plan)}")
+    runs_asked, triggers = plan(options)  # checked before any section ran (stateful.bench.main)
+    if triggers:
+        steering.avoid(triggers)
+        print(f"# machine: not drawing {', '.join(triggers)} (every target of this run)", flush=True)
     runs = []
-    for kind, delay, label in (plan[n] for n in names):
+    for kind, delay, label in runs_asked:
         runs.append(run_programs(kind, delay, options.programs, label))
         print(f"# machine: {label} done in {runs[-1].wall:.1f} s", flush=True)
     print(render(runs), flush=True)
