@@ -49,6 +49,7 @@ __all__ = [
     "PANE_ROWS",
     "PANE_COLS",
     "TOOLS",
+    "UNEXPLAINED_ORDER",
 ]
 
 TOOLS = (
@@ -58,6 +59,9 @@ TOOLS = (
     "sys_terminal_list",
     "sys_terminal_close",
 )
+UNEXPLAINED_ORDER = "no sequential order of the"
+"""How a judgement of concurrent calls that no order explains begins: a race, which a replay of the same
+program may or may not meet again."""
 PANE_ROWS = 24
 """Visible rows of a pane: CONTRACT §1 read, "80x24 by default"."""
 PANE_COLS = 80
@@ -678,7 +682,7 @@ def judge_step(model: SessionModel, calls: Sequence[Call], outputs: Sequence[str
             first, *details = str(explained.error).split("\n")
             launched = [addressed_pair(calls[i]) for i in group if calls[i].tool == "sys_terminal_launch"]
             copies = ("launch-copies",) if len(launched) > len(set(launched)) else ()
-            fail(clause, f"no sequential order of the {len(calls)} concurrent calls explains their outputs; "
+            fail(clause, f"{UNEXPLAINED_ORDER} {len(calls)} concurrent calls explains their outputs; "
                          f"the order that explains most of them breaks here: {first.removeprefix(clause + ': ')}",
                  *details, triggers=tuple(sorted({*explained.error.triggers, *copies})))
         for i, j in explained.items():

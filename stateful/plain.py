@@ -29,12 +29,16 @@ from stateful import plain_checks, repro
 from stateful.clauses import CLAUSES, clause_of
 from stateful.expect import Block, Check, NoPlainForm, Plan, plan
 from stateful.minimize import invariants_of, rule_groups, run_once
-from stateful.model import PANE_ROWS
+from stateful.model import PANE_ROWS, UNEXPLAINED_ORDER
 from stateful.recording import Op, Recorder
 
 __all__ = ["DEFAULT_CONFTEST", "NoPlainForm", "record_program", "render", "write_plain_repro", "file_name"]
 
 DEFAULT_CONFTEST = "tests.e2e.conftest"
+RACE_RECORDINGS = 5
+"""Replays that may record the plain repro of a race (concurrent calls that no order explained) until
+one breaks its clause again: a campaign against omnigent once got no plain repro of its concurrent
+launches because the one recording replay passed."""
 """Where a server's suite keeps its seed-style helpers (omnigent's layout)."""
 HELPERS = ("configure_mock_llm", "register_inline_agent", "create_runner_bound_session",
            "send_user_message_to_session", "poll_session_until_terminal")
@@ -81,11 +85,14 @@ def file_name(clause: str, program: Sequence[str]) -> str:
 
 
 def write_plain_repro(directory: Path, machine: type, target: Any, failure: BaseException,
-                      conftest: str = DEFAULT_CONFTEST, tries: int = 1) -> Path:
+                      conftest: str = DEFAULT_CONFTEST, tries: int | None = None) -> Path:
     """Record the failure's program once more and write its plain repro into ``directory``.
     Raises :class:`NoPlainForm` (with the reason) when it cannot: no clause, a replay that does not
     break the same clause, or a clause this writer has no plain assertion for. ``tries``: recording
-    replays until one breaks the clause (more than one for a race, which fails when the timing lets it)."""
+    replays until one breaks the clause (more than one for a race, which fails when the timing lets it;
+    by default ``RACE_RECORDINGS`` for concurrent calls that no order explained, else 1)."""
+    if tries is None:
+        tries = RACE_RECORDINGS if UNEXPLAINED_ORDER in str(failure) else 1
     if not _MODULE.match(conftest):
         raise ValueError(f"--plain-conftest {conftest!r} is not a dotted module name")
     clause = clause_of(failure)

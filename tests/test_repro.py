@@ -187,3 +187,31 @@ def test_a_failure_of_the_target_is_reported_as_such_and_never_written(
     assert "state = FakeMachine()" in report  # the program that led to it
     assert report.endswith(NOT_WRITTEN)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("headline", "recordings"), [
+    ("no sequential order of the 2 concurrent calls explains their outputs; ...", 5),  # RACE_RECORDINGS
+    ("a second launch said launched", 1),
+])
+def test_a_race_gets_several_replays_to_record_its_plain_repro(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, headline: str, recordings: int) -> None:
+    """A replay of a race may pass (the calls finish in the order that hides the bug): a failure of
+    concurrent calls that no order explained is recorded by up to RACE_RECORDINGS replays, any other
+    by one, and a failure whose replays all pass gets no plain repro, with the reason."""
+    from stateful import plain
+    from stateful.clauses import violation
+
+    failure = violation("launch.already-running", headline)
+    failure.add_note(PROGRAM_NOTE)
+    replays: list[list[str]] = []
+
+    def passing_replay(machine: type, target: object, program: list[str]) -> tuple[None, list[object]]:
+        replays.append(program)
+        return None, []
+
+    monkeypatch.setattr(plain, "record_program", passing_replay)
+    with pytest.raises(plain.NoPlainForm, match="did not break launch.already-running again"):
+        plain.write_plain_repro(tmp_path, TerminalMachine, None, failure)
+    assert len(replays) == recordings
+    assert replays[0] == reported_program(failure)
+    assert list(tmp_path.iterdir()) == []
