@@ -156,6 +156,20 @@ def test_the_campaign_keeps_the_database_key_of_the_machine() -> None:
     assert function_digest(gated.hypothesis.inner_test) == function_digest(plain.hypothesis.inner_test)
 
 
+def test_the_steps_of_a_failing_program_count_the_rule_that_raised() -> None:
+    """``steps_found`` in the report: the rules the program ran, the one that failed included (it never
+    reached the invariant that counts a rule once it returned)."""
+    from types import SimpleNamespace
+
+    from stateful.campaign.gate import Gate
+
+    gate = Gate(seen_dir=Path("/nonexistent"), allowed=frozenset(), worker=0, started=0.0, deadline=0.0)
+    gate.machine = SimpleNamespace(rules_run=1, world=SimpleNamespace(busy=True))  # start ran, the next rule raised
+    assert gate._steps() == 2
+    gate.machine = SimpleNamespace(rules_run=3, world=SimpleNamespace(busy=False))  # ended between rules
+    assert gate._steps() == 3
+
+
 # -- campaigns --------------------------------------------------------------------------------------
 
 

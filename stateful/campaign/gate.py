@@ -195,7 +195,8 @@ class Gate:
         machine = self.machine
         if machine is None:
             return 0
-        return int(getattr(machine, "rules_run", 0)) + (1 if getattr(machine, "busy", False) else 0)
+        busy = getattr(getattr(machine, "world", None), "busy", False)  # the rule that raised (World.busy)
+        return int(getattr(machine, "rules_run", 0)) + (1 if busy else 0)
 
     def _account(self) -> None:
         self.programs += 1
