@@ -681,7 +681,10 @@ def judge_step(model: SessionModel, calls: Sequence[Call], outputs: Sequence[str
             clause = explained.error.clause or "step.concurrent"
             first, *details = str(explained.error).split("\n")
             launched = [addressed_pair(calls[i]) for i in group if calls[i].tool == "sys_terminal_launch"]
-            copies = ("launch-copies",) if len(launched) > len(set(launched)) else ()
+            # copies provoke "two say launched"; another clause broken beside them names no trigger of
+            # theirs (steering away from copies would hide launch.already-running for the rest of a campaign)
+            copies = (("launch-copies",) if clause == "launch.already-running" and len(launched) > len(set(launched))
+                      else ())
             fail(clause, f"{UNEXPLAINED_ORDER} {len(calls)} concurrent calls explains their outputs; "
                          f"the order that explains most of them breaks here: {first.removeprefix(clause + ': ')}",
                  *details, triggers=tuple(sorted({*explained.error.triggers, *copies})))

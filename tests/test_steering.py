@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from stateful import steering
 from stateful import strategies as gen
 from stateful.clauses import ContractViolation, fail
-from stateful.model import Call, initial_model, judge
+from stateful.model import Call, initial_model, judge, judge_step
 
 FAST = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -162,3 +162,20 @@ def test_a_search_ends_once_a_known_failure_names_an_input_it_still_draws(tmp_pa
     quiet = Gate(seen_dir=tmp_path, allowed=frozenset(), worker=0, started=0.0, deadline=time.time() + 60, steer=False)
     quiet._guard(lambda: ran.append(2))()
     assert ran == [1, 1, 2]
+
+
+def test_launch_copies_name_their_trigger_only_for_the_clause_they_provoke() -> None:
+    """Two launches of one pair in one reply provoke launch.already-running (both say launched);
+    another clause broken beside them does not steer a campaign away from copies."""
+    baseline = [{"terminal": "tui", "session": "main", "command": "tui", "running": True, "has_os_env": True,
+                 "tmux_socket": "/s/t"}]
+    model = initial_model(("bash",), json.dumps(baseline))
+    launch = Call("sys_terminal_launch", json.dumps({"terminal": "bash", "session": "a"}))
+    launched = {"terminal": "bash", "session": "a", "status": "launched", "has_os_env": True, "tmux_socket": "/s/a"}
+    with pytest.raises(ContractViolation) as both:
+        judge_step(model, [launch, launch], [json.dumps(launched)] * 2)
+    assert both.value.clause == "launch.already-running" and both.value.triggers == ("launch-copies",)
+    wrong_pair = {**launched, "session": "b", "status": "already_running"}
+    with pytest.raises(ContractViolation) as other:
+        judge_step(model, [launch, launch], [json.dumps(launched), json.dumps(wrong_pair)])
+    assert other.value.clause == "launch.result" and other.value.triggers == ()
