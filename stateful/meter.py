@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-__all__ = ["ACTIVE", "Meter", "metering", "timed", "received", "sleep", "http_kind"]
+__all__ = ["ACTIVE", "Meter", "metering", "timed", "beside", "waited", "received", "sleep", "http_kind"]
 
 
 @dataclass
@@ -35,14 +35,16 @@ class Meter:
     """Bytes of response bodies per kind (HTTP only: what a poll costs besides its round trip)."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def add(self, kind: str, seconds: float) -> None:
+    def add(self, kind: str, seconds: float, count: int = 1) -> None:
         with self._lock:  # the stack's threads report too
             self.seconds[kind] += seconds
-            self.counts[kind] += 1
+            self.counts[kind] += count
 
 
 ACTIVE: Meter | None = None
 """The meter being filled, or None (off: the hooks cost one global lookup)."""
+
+_thread = threading.local()
 
 
 @contextmanager
@@ -67,7 +69,33 @@ def timed(kind: str) -> Iterator[None]:
     try:
         yield
     finally:
-        meter.add(kind, time.perf_counter() - started)
+        meter.add(kind, 0.0 if getattr(_thread, "beside", False) else time.perf_counter() - started)
+
+
+@contextmanager
+def beside() -> Iterator[None]:
+    """The block runs beside the tester's thread (a request sent in parallel with another): what it
+    times is counted, but its seconds are not the tester's waiting (see :func:`waited`)."""
+    _thread.beside = True
+    try:
+        yield
+    finally:
+        _thread.beside = False
+
+
+@contextmanager
+def waited(kind: str) -> Iterator[None]:
+    """Time the block as seconds of ``kind`` without counting one more of it: the tester's thread
+    waiting for the rest of a request sent :func:`beside` it."""
+    meter = ACTIVE
+    if meter is None:
+        yield
+        return
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        meter.add(kind, time.perf_counter() - started, count=0)
 
 
 def received(kind: str, size: int) -> None:

@@ -6,20 +6,34 @@ its queue with one ``tool_calls`` reply per step plus a final text reply, postin
 waiting until the turn ends. Outputs are read from ``/items`` by ``call_id``.
 
 Waiting for a turn costs round trips, which is what a slow server makes expensive (docs/benchmarks.md,
-the ``machine`` section). While a turn runs, the target polls ``/items`` after the last item it holds
-(one page, only the new items: the snapshot carries the whole history, 100-600 kB per poll late in a
-ci program), keeps what it gets (items are records: each is fetched once) and reads the snapshot,
-whose status says how the turn ended (§2.6), once the turn's final text reply is among them (and every
-``SNAPSHOT_EVERY`` seconds before that, for a turn that fails without a reply; if that snapshot says
-it ended, the items are fetched once more). Polls are spaced from start to start, from 2 ms up to
-10 ms (a fifth of the turn's time so far once that is longer, up to 100 ms), so a slow answer is not
-followed by a sleep as well.
+the ``machine`` section). There are two ways, chosen per turn:
+
+* One request at a time (:meth:`HttpSession._await_turn`; a fast server, or one whose turns are long
+  beside its round trips: a real server's 0.4-1.5 s). The target polls ``/items`` after the last item
+  it holds (one page, only the new items: the snapshot carries the whole history, 100-600 kB per poll
+  late in a ci program), keeps what it gets (items are records: each is fetched once) and reads the
+  snapshot, whose status says how the turn ended (§2.6), once the turn's final text reply is among
+  them (and every ``SNAPSHOT_EVERY`` seconds before that, for a turn that fails without a reply; if
+  that snapshot says it ended, the items are fetched once more). Polls are spaced from start to
+  start, from 2 ms up to 10 ms (a fifth of the turn's time so far once that is longer, up to 100 ms),
+  so a slow answer is not followed by a sleep as well; once an items poll takes ``PAIR_RTT`` or more
+  with no time left between polls, each fetches the snapshot beside it.
+* Overlapped (:meth:`HttpSession._overlapped_turn`; a server whose round trip is about a turn's
+  length, ``SLOW_TURN``): from the moment the post is sent, up to ``OVERLAP`` polls are in flight,
+  each the new items and the snapshot at once, and their answers are judged in the order they were
+  sent, the same way. The turn's end is seen about one round trip after the post instead of three.
+
+Requests beside the tester's own run in the target's side threads (httpx's ``Client`` may be shared
+by threads). Nothing they raise is lost: the tester waits for them before it judges the turn, and
+polls still in flight when a turn has ended are settled (their errors raised) at the next turn and
+before the session's DELETE.
 
 Pagination must be exact (§2.7), and a gap would otherwise show up as a missing tool output far from
 its cause: every item is walked once more in small, varying page sizes (``after=last_id`` while
-``has_more``) and compared with what the large pages gave, on the session's first turn, then every
-``PAGE_CHECK_EVERY`` turns over all the items recorded since the last walk, and before its DELETE for
-the rest. Resource events are the session's ``resource_event`` items.
+``has_more``) and compared with what the large pages gave: the first turn's items beside the second
+turn, then every ``PAGE_CHECK_EVERY`` turns the items recorded since the last walk, beside the turn
+that follows (items are records: the walk reads the same pages whenever it runs), and before the
+session's DELETE the rest. Resource events are the session's ``resource_event`` items.
 """
 
 from __future__ import annotations
@@ -27,9 +41,13 @@ from __future__ import annotations
 import itertools
 import json
 import secrets
+import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent import futures
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
 import httpx
 
@@ -75,12 +93,31 @@ SNAPSHOT_EVERY = 0.5
 """Seconds between snapshots of a running turn whose final reply has not shown in its items."""
 POLL_FIRST, POLL_MAX = 0.002, 0.01
 """Interval between two polls of a running turn (start to start): doubling from the first to the max."""
+PAIR_RTT = 0.02
+"""An items poll that took this long, and at least the interval between two polls, marks a slow
+server (every poll is a round trip, one after the other): its next polls fetch the snapshot beside
+the items, in parallel, which saves the snapshot's own round trip at the end of each turn. Against a
+fast one (the embedded stack: 2-5 ms) the snapshot stays one per turn: it carries the whole session
+(70-600 kB), which both sides would parse for nothing on every poll."""
+OVERLAP = 3
+"""Polls in flight at once against a slow server (each the new items and the snapshot), sent a
+third of a round trip apart from the post on: a turn's end is seen at most that late. (More polls
+did not pay on the first 10 ci programs at 40 ms: 4 a quarter apart took 46.7 s against 44.3; each
+snapshot costs the server the whole session, and the embedded stack's turns share its 2 cores.)"""
+SLOW_TURN = 4
+"""A server whose last turn took less than this many round trips (post to end seen) is slow for the
+tester: it is polled overlapped (``OVERLAP``). A turn of a real server (0.4-1.5 s) is long beside
+its round trips, and is polled one request at a time: overlapped, it would be met with several
+times the requests for a gain of one round trip in ten or more."""
+SIDE_THREADS = 2 * OVERLAP + 2
+"""Requests sent beside the tester's own at most at once: the polls, the post, a walk of the items."""
 POLL_SHARE, POLL_LATE = 0.2, 0.1
 """A turn that has run for a while is polled every ``POLL_SHARE`` of its time so far, up to ``POLL_LATE``
 seconds: its end is seen at most 20 % late, and a real server's turn of 0.4-1.5 s is not met with 25
 requests (which, on one box, took CPU from the turn itself)."""
 
 
+T = TypeVar("T")
 _NOT_JSON = object()
 
 
@@ -157,6 +194,12 @@ class HttpSession(AgentSession):
         self._turns_unwalked = 0
         self._fresh = False
         """The items were fetched after the last turn ended and nothing has read them since."""
+        self._last_turn = 0.0
+        """Seconds the last turn took, from its post to its end seen (``SLOW_TURN``)."""
+        self.overlapped_turns = 0
+        """How many turns :meth:`_overlapped_turn` awaited (the rest: :meth:`_await_turn`)."""
+        self._strays: list[futures.Future[Any]] = []
+        """Polls of a turn that had ended before they answered (see :meth:`_settle_strays`)."""
 
     # -- items ------------------------------------------------------------------------------------
     def _get(self, path: str, **params: Any) -> Any:
@@ -174,22 +217,34 @@ class HttpSession(AgentSession):
     def _check_pages(self) -> None:
         """Walk every item after the last one walked in small pages, and compare them with what
         the pages of 1000 gave: pagination must be exact (§2.7) at any size of the session."""
+        self._pages_walk()()
+
+    def _pages_walk(self) -> Callable[[], None]:
+        """The walk of :meth:`_check_pages` over the items held now, to run now or beside a turn:
+        items are records, so the walk reads the same pages whenever it runs (items recorded
+        meanwhile may only follow them)."""
         path = f"/v1/sessions/{self.session_id}/items"
         start = self._items[self._walked - 1]["id"] if self._walked else None
         listed = [i.get("id") for i in self._items[self._walked:]]
-        paged = [i.get("id") for i in self._walk(path, start, self._pages)]
         self._walked, self._turns_unwalked = len(self._items), 0
-        if paged[: len(listed)] != listed:  # items recorded meanwhile (an exit's event) may follow
-            lost = [i for i in listed if i not in paged]
-            dup = len(paged) - len(set(paged))
-            fail("items.pagination",
-                 "items pagination is not exact (following after=last_id while has_more must yield every "
-                 f"item once, in order): {len(paged)} items in small pages vs {len(listed)} in pages of 1000; "
-                 f"first lost: {lost[:3]}, duplicates: {dup}")
 
-    def _walk(self, path: str, after: str | None, sizes: Iterator[int]) -> list[dict[str, Any]]:
+        def walk() -> None:
+            paged = [i.get("id") for i in self._walk(path, start, self._pages, enough=len(listed))]
+            if paged[: len(listed)] != listed:  # items recorded meanwhile (an exit's event) may follow
+                lost = [i for i in listed if i not in paged]
+                dup = len(paged) - len(set(paged))
+                fail("items.pagination",
+                     "items pagination is not exact (following after=last_id while has_more must yield every "
+                     f"item once, in order): {len(paged)} items in small pages vs {len(listed)} in pages of 1000; "
+                     f"first lost: {lost[:3]}, duplicates: {dup}")
+
+        return walk
+
+    def _walk(self, path: str, after: str | None, sizes: Iterator[int],
+              enough: int | None = None) -> list[dict[str, Any]]:
         """Every item after ``after`` (all, if None), following ``after=last_id`` while ``has_more``
-        with page sizes from ``sizes``; the pages' own shape is checked on the way."""
+        with page sizes from ``sizes`` (or until it holds ``enough`` of them: a walk beside a turn
+        leaves that turn's items to the next walk); the pages' own shape is checked on the way."""
         items: list[dict[str, Any]] = []
         cursor = after
         for _ in range(100_000):
@@ -205,7 +260,7 @@ class HttpSession(AgentSession):
                 if page.get("last_id") != data[-1].get("id") or page.get("first_id") != data[0].get("id"):
                     fail("items.pagination", f"GET items {params}: first_id/last_id do not name the page's ends")
                 cursor = data[-1]["id"]
-            if not page.get("has_more"):
+            if not page.get("has_more") or (enough is not None and len(items) >= enough):
                 break
             if not data:
                 fail("items.pagination", f"GET items {params}: an empty page says has_more")
@@ -227,30 +282,21 @@ class HttpSession(AgentSession):
             for cids, step in zip(ids, steps)
         ]
         responses.append({"text": f"turn {tag} done"})
-        client = self._t.client
-        try:
-            with meter.timed("mock configure"):
-                configure_mock_llm(self._t.mock_llm_url, responses, key=self._model)
-        except httpx.HTTPStatusError as exc:  # the mock LLM's own client is not guarded
-            if exc.response.status_code >= 500:
-                raise ServerError(exc.request.method, str(exc.request.url), exc.response.status_code,
-                                  exc.response.text) from None
-            raise TargetError(f"configuring the mock LLM for turn {tag}: {exc}") from None
-        except httpx.TransportError as exc:
-            raise unreachable(exc.request, exc) from None
-        try:
-            response_id = send_user_message_to_session(client, session_id=self.session_id, content=f"turn {tag}")
-        except (httpx.HTTPError, AssertionError) as exc:  # an answer, but not the one §2.5 fixes
-            refused = f"starting turn {tag} on {self._t.where}: {exc}"
-        else:
-            refused = ""
-        if refused:  # raised out here: a violation never carries another exception as its context
-            fail("api.status", refused)
-        outcome = self._await_turn(steps, ids, response_id, step_timeout)
+        walk = []  # the items of the last turns, walked in small pages while this one runs
+        if self._items and (self._walked == 0 or self._turns_unwalked >= PAGE_CHECK_EVERY):
+            walk.append(self._pages_walk())
+        self._settle_strays(wait=False)
+        with self._t.beside_each(walk):
+            self._configure(tag, responses)
+            sent = time.monotonic()
+            if self._t.rtt >= PAIR_RTT and self._last_turn < SLOW_TURN * self._t.rtt:
+                self.overlapped_turns += 1
+                outcome = self._overlapped_turn(steps, ids, tag, step_timeout)
+            else:
+                outcome = self._await_turn(steps, ids, self._post(tag), step_timeout)
+            self._last_turn = time.monotonic() - sent
         self._fresh = True
         self._turns_unwalked += 1
-        if self._walked == 0 or self._turns_unwalked >= PAGE_CHECK_EVERY:
-            self._check_pages()
         outputs: dict[str, list[str]] = {}
         calls: dict[str, list[str]] = {}
         arguments: dict[str, Any] = {}
@@ -282,26 +328,57 @@ class HttpSession(AgentSession):
             result.append(row)
         return result
 
+    def _configure(self, tag: str, responses: list[dict[str, Any]]) -> None:
+        """Queue the turn's replies at the mock LLM (§5)."""
+        try:
+            with meter.timed("mock configure"):
+                configure_mock_llm(self._t.mock_llm_url, responses, key=self._model)
+        except httpx.HTTPStatusError as exc:  # the mock LLM's own client is not guarded
+            if exc.response.status_code >= 500:
+                raise ServerError(exc.request.method, str(exc.request.url), exc.response.status_code,
+                                  exc.response.text) from None
+            raise TargetError(f"configuring the mock LLM for turn {tag}: {exc}") from None
+        except httpx.TransportError as exc:
+            raise unreachable(exc.request, exc) from None
+
+    def _post(self, tag: str) -> str:
+        """Post the turn's user message (§2.5); the turn's ``response_id``."""
+        try:
+            response_id = send_user_message_to_session(self._t.client, session_id=self.session_id,
+                                                       content=f"turn {tag}")
+        except (httpx.HTTPError, AssertionError) as exc:  # an answer, but not the one §2.5 fixes
+            refused = f"starting turn {tag} on {self._t.where}: {exc}"
+        else:
+            return response_id
+        fail("api.status", refused)  # raised out here: a violation never carries another exception as its context
+
     def _await_turn(self, steps: Sequence[Step], ids: list[list[str]], response_id: str,
                     step_timeout: float) -> dict[str, Any]:
         """Poll the new items until the turn's final reply is among them, then the snapshot for how
-        the turn ended (see the module's doc). The timeout is per step: each step that finishes (all
-        of its calls have outputs) gives the next one ``step_timeout`` seconds, and a step that does
-        not finish within that time is reported as a hang."""
+        the turn ended (against a slow server, beside each poll; see the module's doc). The timeout
+        is per step: each step that finishes (all of its calls have outputs) gives the next one
+        ``step_timeout`` seconds, and a step that does not finish within that time is reported as a
+        hang."""
         began, started = len(self._items), time.monotonic()
         finished, deadline = 0, started + step_timeout
         interval, snapshot_at, last = POLL_FIRST, time.monotonic() + SNAPSHOT_EVERY, "no snapshot yet"
         while True:
             polled = time.monotonic()
-            self._fetch_new()
-            replied = any(i.get("type") == "message" and _role(i) == "assistant" for i in self._items[began:])
-            if replied or time.monotonic() >= snapshot_at:
-                outcome, last = self._outcome(response_id)
-                if outcome is not None:
-                    if not replied:  # it ended between the items' answer and the snapshot's: the rest of its items
-                        self._fetch_new()
-                    return outcome
+            outcome: dict[str, Any] | None = None
+            if self._t.rtt >= max(PAIR_RTT, interval):  # a slow server: the snapshot in the same round trip
+                outcome, last = self._fetch_new_and_outcome(response_id)
                 snapshot_at = time.monotonic() + SNAPSHOT_EVERY
+            else:
+                self._fetch_new()
+            self._t.rtt = time.monotonic() - polled
+            replied = any(i.get("type") == "message" and _role(i) == "assistant" for i in self._items[began:])
+            if outcome is None and (replied or time.monotonic() >= snapshot_at):
+                outcome, last = self._outcome(response_id)
+                snapshot_at = time.monotonic() + SNAPSHOT_EVERY
+            if outcome is not None:
+                if not replied:  # it ended after the items' answer was made: the rest of its items
+                    self._fetch_new()
+                return outcome
             have = {i.get("call_id") for i in self._items if i.get("type") == "function_call_output"}
             now_finished = _steps_done(ids, have)
             if now_finished > finished:
@@ -310,6 +387,105 @@ class HttpSession(AgentSession):
                 raise self._hang(steps, ids, step_timeout, f"timed out waiting for turn {response_id} to end; {last}")
             meter.sleep(max(0.0, interval - (time.monotonic() - polled)), "turn-end poll")
             interval = max(min(2 * interval, POLL_MAX), min((time.monotonic() - started) * POLL_SHARE, POLL_LATE))
+
+    def _overlapped_turn(self, steps: Sequence[Step], ids: list[list[str]], tag: str,
+                         step_timeout: float) -> dict[str, Any]:
+        """Post the turn and poll it with up to ``OVERLAP`` polls in flight, each fetching the new
+        items and the snapshot at once, from the moment the post is sent: against a server whose
+        round trip is about a turn's length, the end is then seen about one round trip after the post
+        instead of three (post, items, snapshot). Each answer is judged in the order the polls were
+        sent, as :meth:`_await_turn` judges one; the polls still in flight when the turn has ended are
+        settled later (:meth:`_settle_strays`)."""
+        began, started = len(self._items), time.monotonic()
+        finished, deadline = 0, started + step_timeout
+        post = self._t.beside(self._post, tag)
+        response_id: str | None = None
+        posted = False
+        polls: deque[tuple[str | None, futures.Future[list[dict[str, Any]]], futures.Future[Any]]] = deque()
+        next_at, last = started + self._t.rtt / OVERLAP, "no snapshot yet"
+        try:
+            while True:
+                now = time.monotonic()
+                if now >= next_at and len(polls) < OVERLAP:
+                    cursor = self._items[-1].get("id") if self._items else None
+                    polls.append((cursor, self._t.beside(self._items_after, cursor),
+                                  self._t.beside(self._get, f"/v1/sessions/{self.session_id}")))
+                    next_at = now + max(self._t.rtt / OVERLAP, min((now - started) * POLL_SHARE, POLL_LATE))
+                head = [post] if response_id is None else list(polls[0][1:]) if polls else []
+                if not head:  # every poll sent so far has been judged
+                    meter.sleep(max(0.0, next_at - now), "turn-end poll")
+                    continue
+                with meter.waited("http message post" if response_id is None else "http items page"):
+                    futures.wait(head, timeout=max(0.0, next_at - now) if len(polls) < OVERLAP else None)
+                if response_id is None:
+                    if not post.done():
+                        continue
+                    posted = True
+                    response_id = post.result()
+                while polls and all(f.done() for f in polls[0][1:]):
+                    cursor, items, snapshot = polls.popleft()
+                    self._merge(cursor, items.result())
+                    if not isinstance(snapshot.result(), Mapping):
+                        fail("api.status", f"GET /v1/sessions/{self.session_id}: not a JSON object: "
+                                           f"{snapshot.result()!r}"[:800])
+                    outcome = turn_outcome(snapshot.result(), response_id)
+                    last = f"last status seen: {snapshot.result().get('status')!r}"
+                    if outcome is not None:
+                        if not any(i.get("type") == "message" and _role(i) == "assistant"
+                                   for i in self._items[began:]):
+                            self._fetch_new()  # it ended after the items' answer was made
+                        return outcome
+                have = {i.get("call_id") for i in self._items if i.get("type") == "function_call_output"}
+                now_finished = _steps_done(ids, have)
+                if now_finished > finished:
+                    finished, deadline = now_finished, time.monotonic() + step_timeout
+                elif time.monotonic() >= deadline:
+                    raise self._hang(steps, ids, step_timeout,
+                                     f"timed out waiting for turn {response_id or tag} to end; {last}")
+        finally:  # whatever ended the turn: what is still in flight is answered later
+            self._strays += [f for poll in polls for f in poll[1:]] + ([] if posted else [post])
+
+    def _items_after(self, cursor: str | None) -> list[dict[str, Any]]:
+        """The items after ``cursor`` (all, if None), in pages of 1000; the round trip measured."""
+        began = time.monotonic()
+        items = self._walk(f"/v1/sessions/{self.session_id}/items", cursor, itertools.repeat(1000))
+        self._t.rtt = time.monotonic() - began
+        return items
+
+    def _merge(self, cursor: str | None, page: list[dict[str, Any]]) -> None:
+        """Add the items a poll read after ``cursor`` to those held. A poll sent before others were
+        merged reads some of them again: they must be the same items, in the same order (§2.7)."""
+        start = 0
+        if cursor is not None:
+            start = next(n + 1 for n in range(len(self._items) - 1, -1, -1) if self._items[n].get("id") == cursor)
+        held = [i.get("id") for i in self._items[start:]]
+        again = [i.get("id") for i in page[: len(held)]]
+        if again != held[: len(again)]:
+            fail("items.pagination", f"two reads of the items after {cursor!r} disagree: {again[:5]} then "
+                                     f"{held[:5]} (items are records: each read must give the same ones, in order)")
+        self._items.extend(page[len(held):])
+
+    def _settle_strays(self, *, wait: bool) -> None:
+        """Polls that a turn's end left in flight: raise what one of them raised (a server error or a
+        violation is reported one step late, never lost); with ``wait``, wait for them all first."""
+        if wait:
+            futures.wait(self._strays)
+        done = [f for f in self._strays if f.done()]
+        self._strays = [f for f in self._strays if not f.done()]
+        for future in done:
+            future.result()
+
+    def _fetch_new_and_outcome(self, response_id: str) -> tuple[dict[str, Any] | None, str]:
+        """:meth:`_fetch_new` and :meth:`_outcome` at once, the snapshot in the target's side thread.
+        Their answers may be made in either order; the caller fetches the items once more when the
+        snapshot says the turn ended and its reply was not among them."""
+        pending = self._t.beside(self._outcome, response_id)
+        try:
+            self._fetch_new()
+        finally:  # the snapshot is waited for even when the items failed: nothing runs on unseen
+            with meter.waited("http snapshot poll"):
+                futures.wait([pending])
+        return pending.result()
 
     def _outcome(self, response_id: str) -> tuple[dict[str, Any] | None, str]:
         """How the turn ended as the snapshot shows it (§2.6; None while it runs), and what it said."""
@@ -365,6 +541,7 @@ class HttpSession(AgentSession):
     def delete(self) -> None:
         if self._t.recorder:
             self._t.recorder.deleted(self.session_id)
+        self._settle_strays(wait=True)
         if self._walked < len(self._items):  # the last turns' items, walked in small pages too
             self._check_pages()
         reply = self._t.client.delete(f"/v1/sessions/{self.session_id}")
@@ -387,19 +564,54 @@ class SessionsTarget(Target):
                                             "sh": "bash --norc --noprofile"}
         self.recorder: Recorder | None = None
         """Notes every operation while set (a plain repro's replay, ``stateful.plain``)."""
+        self._side: futures.ThreadPoolExecutor | None = None
+        self._side_lock = threading.Lock()
+        self.rtt = 0.0
+        """Seconds the last poll of the new items took (``PAIR_RTT``, ``SLOW_TURN``)."""
+
+    @contextmanager
+    def beside_each(self, calls: Sequence[Callable[[], None]]) -> Iterator[None]:
+        """Run each of ``calls`` beside the block; wait for them all when it ends, and raise what the
+        first that failed raised (the block's own exception, if it raised, goes first)."""
+        pending = [self.beside(call) for call in calls]
+        try:
+            yield
+        finally:  # nothing runs on unseen, whatever the block did
+            with meter.waited("http items page"):
+                futures.wait(pending)
+        for done in pending:
+            done.result()
+
+    def beside(self, call: Callable[..., T], *args: Any) -> futures.Future[T]:
+        """Run ``call(*args)`` in the target's side thread, beside the caller's next request (the
+        client is shared: httpx's ``Client`` may be used from several threads)."""
+        with self._side_lock:
+            if self._side is None:
+                self._side = futures.ThreadPoolExecutor(max_workers=SIDE_THREADS, thread_name_prefix="sessions-beside")
+        return self._side.submit(self._metered_beside, call, *args)
+
+    @staticmethod
+    def _metered_beside(call: Callable[..., T], *args: Any) -> T:
+        with meter.beside():
+            return call(*args)
 
     def open_session(self) -> HttpSession:
         name = unique_name("stateful")
         model = unique_name("stateful-model")
         text = agent_spec_yaml(name=name, harness=HARNESS, model=model, prompt="You are a terminal test assistant.",
                                mock_llm_base_url=self.mock_llm_url, extra_config={"terminals": TERMINALS})
-        reply = self.client.post("/v1/sessions", data={"metadata": "{}"},
-                                 files={"bundle": (f"{name}.tar.gz", build_bundle(name, text), "application/gzip")})
+        online = self.beside(await_runner_online, self.client, self.runner_id)  # while the agent registers
+        try:
+            reply = self.client.post("/v1/sessions", data={"metadata": "{}"}, files={
+                "bundle": (f"{name}.tar.gz", build_bundle(name, text), "application/gzip")})
+        finally:
+            with meter.waited("http setup/other"):
+                futures.wait([online])
         if reply.status_code != 201:
             fail("api.status", f"registering agent {name}: HTTP {reply.status_code} {reply.text[:500]}")
         session_id = str(reply.json()["session_id"])
         try:
-            await_runner_online(self.client, self.runner_id)
+            online.result()
         except TurnTimeout as exc:
             raise TargetError(f"{self.where}: {exc}") from None
         bound = self.client.patch(f"/v1/sessions/{session_id}", json={"runner_id": self.runner_id})
@@ -410,4 +622,6 @@ class SessionsTarget(Target):
         return HttpSession(self, session_id, model)
 
     def close(self) -> None:
+        if self._side is not None:
+            self._side.shutdown(wait=True)
         self.client.close()

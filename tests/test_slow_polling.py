@@ -1,0 +1,123 @@
+"""How the sessions target waits for a turn of a slow server: overlapped polls, walks beside the turn.
+
+Against a server whose round trip is about a turn's length, the target polls with several requests
+in flight (each the new items and the snapshot) from the moment it posts the turn, and walks the
+items in small pages while the turn runs (docs/benchmarks.md). These tests pin down that nothing
+of it changes what a turn returns or what is checked, and that no request is left unjudged.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from concurrent.futures import Future
+from typing import Any, cast
+
+import httpx
+import pytest
+
+from stateful import meter
+from stateful.clauses import ContractViolation
+from stateful.model import Call
+from stateful.reference.stack import EmbeddedStack
+from stateful.targets.base import ServerError
+from stateful.targets.sessions import PAGE_CHECK_EVERY, HttpSession, SessionsTarget
+
+
+def call(tool: str, **arguments: Any) -> Call:
+    return Call(tool, json.dumps(arguments))
+
+
+def test_a_slow_server_is_polled_overlapped_and_every_turn_returns_its_outputs() -> None:
+    with EmbeddedStack(latency=0.2) as stack:  # a turn of the stack (30-300 ms) is short beside it
+        target = SessionsTarget(stack.server_url, stack.mock_llm_url, stack.runner_id)
+        try:
+            session = target.open_session()
+            with meter.metering() as totals:
+                launched = session.run_turn([[call("sys_terminal_launch", terminal="sh", session="a")]],
+                                            step_timeout=30)
+                assert json.loads(launched[0][0])["status"] in ("launched", "already_running")
+                turns = 1
+                for n in range(PAGE_CHECK_EVERY + 2):  # a walk of the items beside a turn, too
+                    marker = f"mark{n}x"
+                    out = session.run_turn([[call("sys_terminal_send", terminal="sh", session="a",
+                                                  text=f"echo {marker}\n")],
+                                            [call("sys_terminal_list")]], step_timeout=30)
+                    turns += 1
+                    assert json.loads(out[1][0])[0]["session"] == "a"
+            # the first turn of a target is polled one request at a time (its round trip unknown), and
+            # maybe the second (the first took the post, a poll and the snapshot one after the other)
+            assert session.overlapped_turns >= turns - 2
+            assert totals.counts["http snapshot poll"] > turns  # paired with each poll, several in flight
+            assert totals.counts["http message post"] == turns
+            session.delete()
+            assert not session._strays  # every poll answered and judged before the session went
+        finally:
+            target.close()
+
+
+def test_polls_that_read_the_same_items_again_must_agree() -> None:
+    session = HttpSession(cast(SessionsTarget, None), "s1", "m")
+    session._items = [{"id": "i1"}, {"id": "i2"}]
+    session._merge("i1", [{"id": "i2"}, {"id": "i3"}])  # sent before i2 was merged: reads it again
+    session._merge("i2", [{"id": "i3"}, {"id": "i4"}])
+    session._merge("i4", [])
+    assert [i["id"] for i in session._items] == ["i1", "i2", "i3", "i4"]
+    with pytest.raises(ContractViolation) as disagree:
+        session._merge("i2", [{"id": "i4"}, {"id": "i5"}])  # lost i3
+    assert disagree.value.clause == "items.pagination"
+    assert [i["id"] for i in session._items] == ["i1", "i2", "i3", "i4"]
+
+
+def test_a_poll_that_failed_after_its_turn_ended_is_reported_not_lost() -> None:
+    session = HttpSession(cast(SessionsTarget, None), "s1", "m")
+    broke: Future[Any] = Future()
+    broke.set_exception(ServerError("GET", "http://x/v1/sessions/s1", 500, "boom"))
+    pending: Future[Any] = Future()
+    session._strays = [pending, broke]
+    with pytest.raises(ServerError):
+        session._settle_strays(wait=False)
+    assert session._strays == [pending]  # still in flight: kept for later
+    threading.Timer(0.05, pending.set_result, args=([],)).start()
+    session._settle_strays(wait=True)
+    assert session._strays == []
+
+
+class SlowTransport(httpx.BaseTransport):
+    """Plain HTTP; with ``lose`` set, a page of items after a cursor leaves out its first item."""
+
+    def __init__(self) -> None:
+        self._real = httpx.HTTPTransport()
+        self.lose = threading.Event()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = self._real.handle_request(request)
+        if self.lose.is_set() and request.url.path.endswith("/items") and "after" in request.url.params:
+            body = json.loads(response.read())
+            if len(body["data"]) > 1 and request.url.params.get("limit") != "1000":
+                body["data"] = body["data"][1:]
+                body["first_id"] = body["data"][0]["id"]
+                return httpx.Response(200, json=body, request=request)
+        return response
+
+    def close(self) -> None:
+        self._real.close()
+
+
+def test_a_walk_beside_a_turn_still_finds_pages_that_are_not_exact() -> None:
+    transport = SlowTransport()
+    with EmbeddedStack(latency=0.03) as stack:
+        target = SessionsTarget(stack.server_url, stack.mock_llm_url, stack.runner_id, transport=transport)
+        try:
+            session = target.open_session()
+            for _ in range(2):
+                session.run_turn([[call("sys_terminal_list")], [call("sys_terminal_list")]], step_timeout=30)
+            transport.lose.set()  # small pages lose an item from here on; pages of 1000 do not
+            with pytest.raises(ContractViolation) as lost:
+                for _ in range(PAGE_CHECK_EVERY + 1):
+                    session.run_turn([[call("sys_terminal_list")]], step_timeout=30)
+            assert lost.value.clause == "items.pagination"
+            transport.lose.clear()
+            session.delete()
+        finally:
+            target.close()
