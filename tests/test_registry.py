@@ -544,6 +544,26 @@ def test_concurrent_launches_of_one_pair_start_one_process(
     assert [e.event_type for e in terminal_events] == [CREATED]
 
 
+def test_a_pair_closed_while_list_looks_at_it_is_not_listed(
+    terminal_registry: TerminalRegistry, bash_spec: TerminalSpec
+) -> None:
+    """List and close at once: the list shows the pair running (before the close) or not at all
+    (after it), never registered but not running, which no order of the two calls explains."""
+    terminal_registry.launch("s1", bash_spec, "x")
+    terminal_registry.launch("s1", bash_spec, "y")
+    server = terminal_registry._terminals[("s1", "bash", "x")].server
+    looked = server.is_alive
+
+    def closed_meanwhile() -> bool:  # the close runs to its end between the list's two looks
+        closer = threading.Thread(target=terminal_registry.close, args=("s1", "bash", "x"))
+        closer.start()
+        closer.join()
+        return looked()
+
+    server.is_alive = closed_meanwhile  # type: ignore[method-assign]
+    assert [(i.session, i.running) for i in terminal_registry.list("s1")] == [("y", True)]
+
+
 def test_concurrent_launch_send_read_close_on_one_pair(
     terminal_registry: TerminalRegistry, bash_spec: TerminalSpec, terminal_events: list[ResourceEvent], terminal_pids: Callable[[str], list[int]]
 ) -> None:

@@ -490,17 +490,23 @@ class TerminalRegistry:
         if faults.enabled("list-sorted"):
             # Planted fault: rows sorted by name (a "tidy" listing) instead of in launch order.
             entries.sort(key=lambda e: (e.key[1], e.key[2]))
+        looked = [(e, e.server.is_alive()) for e in entries]
+        with self._lock:
+            # A pair closed while it was looked at is listed as closed (gone), not as registered but
+            # no longer running: that state no order of the list and the close explains (a soak of
+            # the machine met it once, a concurrent list and close on the direct target).
+            looked = [(e, alive) for e, alive in looked if self._terminals.get(e.key) is e]
         return [
             TerminalInfo(
                 terminal=e.key[1],
                 session=e.key[2],
                 command=e.spec.command_line,
-                running=e.server.is_alive(),
+                running=alive,
                 has_os_env=True,
                 tmux_socket=e.server.socket_path,
                 resource_id=e.resource_id,
             )
-            for e in entries
+            for e, alive in looked
         ]
 
     def close(self, session_id: str, terminal: str, session: str) -> bool:
