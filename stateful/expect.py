@@ -438,6 +438,8 @@ def _turn(agent: _Agent, run: list[Op], clause: str, *, is_last: bool) -> tuple[
                         exec(k.then, {"out": out, "sock": agent.sock})  # noqa: S102 - our own text
             if calls[c].tool == READ and block.kind == "poll":
                 found += _token_checks(agent, calls[c], outs[c])
+            if calls[c].tool == LIST and block.kind == "poll" and (settled := _settled_list(model, values[c])):
+                found.append(settled)
             block.checks[(s, c)] = found
         for call in calls:
             if call.tool == SEND and (pair := addressed_pair(call)):
@@ -447,6 +449,19 @@ def _turn(agent: _Agent, run: list[Op], clause: str, *, is_last: bool) -> tuple[
                     agent.typed[pair] = agent.typed[pair].rstrip("\n") + "\n"
         agent.model = judged[0].model if judged else model
     return block, False
+
+
+def _settled_list(model: SessionModel, out: Any) -> Check | None:
+    """What a list the machine polled showed when it stopped polling: its rows (pair and running),
+    which the repro waits for too. Without it, a list polled until an exited pair was removed has no
+    check that holds only at the end (the model allows the pair shown or gone while it exits), and
+    the repro would go on at once: under load, before the removal its next steps count on."""
+    if not isinstance(out, list) or not all(isinstance(e, dict) for e in out):
+        return None
+    rows = [(e.get("terminal"), e.get("session"), e.get("running")) for e in out]
+    exiting = any(p.life is Life.EXITING for p in model.pairs)
+    return Check(f"[(e.get('terminal'), e.get('session'), e.get('running')) for e in out] == {rows!r}",
+                 "list.exit-removed" if exiting else "list.registered")
 
 
 def _after_turn(agent: _Agent, block: Block, op: Op, clause: str, *, last: bool) -> list[Block]:

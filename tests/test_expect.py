@@ -142,3 +142,27 @@ def test_an_assertion_that_raises_is_not_taken_for_one_that_fails() -> None:
     check = Check("out == sock[('bash', 'x')]", "launch.already-running")
     assert fails(check, "/s/x1", {("bash", "x"): "/s/x2"}, []) and not holds(check, "/s/x1", {("bash", "x"): "/s/x2"}, [])
     assert not fails(check, "/s/x1", {}, []) and not holds(check, "/s/x1", {}, [])
+
+
+def test_a_list_polled_until_an_exited_pair_went_is_polled_so_by_the_repro_too() -> None:
+    """The machine polls list after a shell's ``exit`` until the pair is removed; the model allows it
+    shown or gone meanwhile, so no check of the list held only at the end and the repro went on at
+    once (under load, before the removal: a correct server then failed its view check). The repro
+    now polls until the list shows what the machine's last poll showed."""
+    send = "sys_terminal_send"
+    exit_shell = (2, "state.exit_shell(index=0, relaunch='no', window=[])")
+    later = (3, "state.list_every_agent()")
+    exiting = json.dumps([{"terminal": "bash", "session": "main", "command": "bash", "running": False,
+                           "has_os_env": True, "tmux_socket": "/s/main"}])
+    ops = [*opening(),
+           turn(exit_shell, [[Call(send, json.dumps({"terminal": "bash", "session": "main", "text": "exit"}))]],
+                [[json.dumps({"status": "sent"})]]),
+           turn(exit_shell, [[Call(LIST, "{}")]], [[exiting]]),
+           turn(exit_shell, [[Call(LIST, "{}")]], [["[]"]]),
+           Op("view", SID, later, data=[{"terminal": "bash", "session": "main", "running": True}])]
+    poll = next(b for b in plan(ops, "view.terminals").blocks if b.kind == "poll")
+    [settled] = poll.checks[(0, 0)]
+    assert settled.clause == "list.exit-removed"
+    assert holds(settled, [], {}, []) and not holds(settled, json.loads(exiting), {}, [])
+    text = written(ops, "view.terminals", [START[1], exit_shell[1], later[1]])
+    assert f"if all([(lambda out: {settled.expr})(outs[0][0])]) or time.monotonic() > deadline:" in text
