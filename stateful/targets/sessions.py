@@ -101,9 +101,9 @@ fast one (the embedded stack: 2-5 ms) the snapshot stays one per turn: it carrie
 (70-600 kB), which both sides would parse for nothing on every poll."""
 OVERLAP = 3
 """Polls in flight at once against a slow server (each the new items and the snapshot), sent a
-third of a round trip apart from the post on: a turn's end is seen at most that late. (More polls
-did not pay on the first 10 ci programs at 40 ms: 4 a quarter apart took 46.7 s against 44.3; each
-snapshot costs the server the whole session, and the embedded stack's turns share its 2 cores.)"""
+third of a round trip apart from the post on: a turn's end is seen at most that late. (On the first
+10 ci programs at 40 ms: 2 in flight took 47.1 s, 3 45.2 s, 4 44.5 s for a third more snapshots;
+each snapshot costs the server the whole session, which a real server would pay for.)"""
 SLOW_TURN = 4
 """A server whose last turn took less than this many round trips (post to end seen) is slow for the
 tester: it is polled overlapped (``OVERLAP``). A turn of a real server (0.4-1.5 s) is long beside
