@@ -19,7 +19,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 
 __all__ = ["ACTIVE", "Meter", "metering", "timed", "beside", "waited", "received", "sleep", "http_kind"]
@@ -59,8 +59,9 @@ def metering() -> Iterator[Meter]:
 
 
 @contextmanager
-def timed(kind: str) -> Iterator[None]:
-    """Time the block as ``kind`` (nothing when metering is off)."""
+def timed(kind: str, *, count: int = 1) -> Iterator[None]:
+    """Time the block as ``kind`` (nothing when metering is off). In a block run :func:`beside` the
+    tester's thread it is counted with no seconds; ``count=0``: seconds only (see :func:`waited`)."""
     meter = ACTIVE
     if meter is None:
         yield
@@ -69,7 +70,7 @@ def timed(kind: str) -> Iterator[None]:
     try:
         yield
     finally:
-        meter.add(kind, 0.0 if getattr(_thread, "beside", False) else time.perf_counter() - started)
+        meter.add(kind, 0.0 if getattr(_thread, "beside", False) else time.perf_counter() - started, count)
 
 
 @contextmanager
@@ -83,19 +84,10 @@ def beside() -> Iterator[None]:
         _thread.beside = False
 
 
-@contextmanager
-def waited(kind: str) -> Iterator[None]:
+def waited(kind: str) -> AbstractContextManager[None]:
     """Time the block as seconds of ``kind`` without counting one more of it: the tester's thread
     waiting for the rest of a request sent :func:`beside` it."""
-    meter = ACTIVE
-    if meter is None:
-        yield
-        return
-    started = time.perf_counter()
-    try:
-        yield
-    finally:
-        meter.add(kind, time.perf_counter() - started, count=0)
+    return timed(kind, count=0)
 
 
 def received(kind: str, size: int) -> None:

@@ -379,11 +379,8 @@ class HttpSession(AgentSession):
                 if not replied:  # it ended after the items' answer was made: the rest of its items
                     self._fetch_new()
                 return outcome
-            have = {i.get("call_id") for i in self._items if i.get("type") == "function_call_output"}
-            now_finished = _steps_done(ids, have)
-            if now_finished > finished:
-                finished, deadline = now_finished, time.monotonic() + step_timeout
-            elif time.monotonic() >= deadline:
+            finished, deadline, expired = self._advance(ids, finished, deadline, step_timeout)
+            if expired:
                 raise self._hang(steps, ids, step_timeout, f"timed out waiting for turn {response_id} to end; {last}")
             meter.sleep(max(0.0, interval - (time.monotonic() - polled)), "turn-end poll")
             interval = max(min(2 * interval, POLL_MAX), min((time.monotonic() - started) * POLL_SHARE, POLL_LATE))
@@ -435,11 +432,8 @@ class HttpSession(AgentSession):
                                    for i in self._items[began:]):
                             self._fetch_new()  # it ended after the items' answer was made
                         return outcome
-                have = {i.get("call_id") for i in self._items if i.get("type") == "function_call_output"}
-                now_finished = _steps_done(ids, have)
-                if now_finished > finished:
-                    finished, deadline = now_finished, time.monotonic() + step_timeout
-                elif time.monotonic() >= deadline:
+                finished, deadline, expired = self._advance(ids, finished, deadline, step_timeout)
+                if expired:
                     raise self._hang(steps, ids, step_timeout,
                                      f"timed out waiting for turn {response_id or tag} to end; {last}")
         finally:  # whatever ended the turn: what is still in flight is answered later
@@ -474,6 +468,16 @@ class HttpSession(AgentSession):
         self._strays = [f for f in self._strays if not f.done()]
         for future in done:
             future.result()
+
+    def _advance(self, ids: list[list[str]], finished: int, deadline: float,
+                 step_timeout: float) -> tuple[int, float, bool]:
+        """The steps finished now (all of their calls have outputs), the deadline, whether it has
+        passed: each step that finishes gives the next one ``step_timeout`` seconds."""
+        have = {i.get("call_id") for i in self._items if i.get("type") == "function_call_output"}
+        now_finished = _steps_done(ids, have)
+        if now_finished > finished:
+            return now_finished, time.monotonic() + step_timeout, False
+        return finished, deadline, time.monotonic() >= deadline
 
     def _fetch_new_and_outcome(self, response_id: str) -> tuple[dict[str, Any] | None, str]:
         """:meth:`_fetch_new` and :meth:`_outcome` at once, the snapshot in the target's side thread.
