@@ -282,7 +282,7 @@ class HttpSession(AgentSession):
             for cids, step in zip(ids, steps)
         ]
         responses.append({"text": f"turn {tag} done"})
-        walk = []  # the items of the last turns, walked in small pages while this one runs
+        walk: list[Callable[[], None]] = []  # the last turns' items, walked in small pages while this one runs
         if self._items and (self._walked == 0 or self._turns_unwalked >= PAGE_CHECK_EVERY):
             walk.append(self._pages_walk())
         self._settle_strays(wait=False)
