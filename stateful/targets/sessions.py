@@ -211,8 +211,7 @@ class HttpSession(AgentSession):
 
     def _fetch_new(self) -> None:
         """Fetch the items after the last one held, in pages of 1000 (usually one request)."""
-        path = f"/v1/sessions/{self.session_id}/items"
-        self._items.extend(self._walk(path, self._items[-1]["id"] if self._items else None, itertools.repeat(1000)))
+        self._items.extend(self._items_after(self._items[-1]["id"] if self._items else None))
 
     def _check_pages(self) -> None:
         """Walk every item after the last one walked in small pages, and compare them with what
@@ -370,7 +369,6 @@ class HttpSession(AgentSession):
                 snapshot_at = time.monotonic() + SNAPSHOT_EVERY
             else:
                 self._fetch_new()
-            self._t.rtt = time.monotonic() - polled
             replied = any(i.get("type") == "message" and _role(i) == "assistant" for i in self._items[began:])
             if outcome is None and (replied or time.monotonic() >= snapshot_at):
                 outcome, last = self._outcome(response_id)
@@ -440,7 +438,8 @@ class HttpSession(AgentSession):
             self._strays += [f for poll in polls for f in poll[1:]] + ([] if posted else [post])
 
     def _items_after(self, cursor: str | None) -> list[dict[str, Any]]:
-        """The items after ``cursor`` (all, if None), in pages of 1000; the round trip measured."""
+        """The items after ``cursor`` (all, if None), in pages of 1000; the round trip measured (the
+        target's ``rtt``: whether a server is slow)."""
         began = time.monotonic()
         items = self._walk(f"/v1/sessions/{self.session_id}/items", cursor, itertools.repeat(1000))
         self._t.rtt = time.monotonic() - began
