@@ -369,7 +369,7 @@ class HttpSession(AgentSession):
                 snapshot_at = time.monotonic() + SNAPSHOT_EVERY
             else:
                 self._fetch_new()
-            replied = any(i.get("type") == "message" and _role(i) == "assistant" for i in self._items[began:])
+            replied = self._replied(began)
             if outcome is None and (replied or time.monotonic() >= snapshot_at):
                 outcome, last = self._outcome(response_id)
                 snapshot_at = time.monotonic() + SNAPSHOT_EVERY
@@ -403,8 +403,7 @@ class HttpSession(AgentSession):
                 now = time.monotonic()
                 if now >= next_at and len(polls) < OVERLAP:
                     cursor = self._items[-1].get("id") if self._items else None
-                    polls.append((cursor, self._t.beside(self._items_after, cursor),
-                                  self._t.beside(self._get, f"/v1/sessions/{self.session_id}")))
+                    polls.append((cursor, self._t.beside(self._items_after, cursor), self._t.beside(self._snapshot)))
                     next_at = now + max(self._t.rtt / OVERLAP, min((now - started) * POLL_SHARE, POLL_LATE))
                 head = [post] if response_id is None else list(polls[0][1:]) if polls else []
                 if not head:  # every poll sent so far has been judged
@@ -420,14 +419,9 @@ class HttpSession(AgentSession):
                 while polls and all(f.done() for f in polls[0][1:]):
                     cursor, items, snapshot = polls.popleft()
                     self._merge(cursor, items.result())
-                    if not isinstance(snapshot.result(), Mapping):
-                        fail("api.status", f"GET /v1/sessions/{self.session_id}: not a JSON object: "
-                                           f"{snapshot.result()!r}"[:800])
-                    outcome = turn_outcome(snapshot.result(), response_id)
-                    last = f"last status seen: {snapshot.result().get('status')!r}"
+                    outcome, last = self._judged(snapshot.result(), response_id)
                     if outcome is not None:
-                        if not any(i.get("type") == "message" and _role(i) == "assistant"
-                                   for i in self._items[began:]):
+                        if not self._replied(began):
                             self._fetch_new()  # it ended after the items' answer was made
                         return outcome
                 finished, deadline, expired = self._advance(ids, finished, deadline, step_timeout)
@@ -492,11 +486,20 @@ class HttpSession(AgentSession):
 
     def _outcome(self, response_id: str) -> tuple[dict[str, Any] | None, str]:
         """How the turn ended as the snapshot shows it (§2.6; None while it runs), and what it said."""
-        snapshot = self._get(f"/v1/sessions/{self.session_id}")
+        return self._judged(self._snapshot(), response_id)
+
+    def _snapshot(self) -> Any:
+        return self._get(f"/v1/sessions/{self.session_id}")
+
+    def _judged(self, snapshot: Any, response_id: str) -> tuple[dict[str, Any] | None, str]:
+        """:meth:`_outcome` of a snapshot already fetched."""
         if not isinstance(snapshot, Mapping):
             fail("api.status", f"GET /v1/sessions/{self.session_id}: not a JSON object: {snapshot!r}"[:800])
-        outcome = turn_outcome(snapshot, response_id)
-        return outcome, f"last status seen: {snapshot.get('status')!r}"
+        return turn_outcome(snapshot, response_id), f"last status seen: {snapshot.get('status')!r}"
+
+    def _replied(self, began: int) -> bool:
+        """Whether the turn's final text reply is among the items held from index ``began`` on."""
+        return any(i.get("type") == "message" and _role(i) == "assistant" for i in self._items[began:])
 
     def _hang(self, steps: Sequence[Step], ids: list[list[str]], timeout: float, detail: str) -> StepTimeout:
         """Which step hangs (the first with a call lacking its output), and stop the turn."""
