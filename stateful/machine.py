@@ -550,12 +550,11 @@ class TerminalMachine(RuleBasedStateMachine):
         event(f"program: {self.rules_run // 10 * 10}+ rules")
         errors, target_failed = [], False
         violation: ContractViolation | None = None
-        for a in self.live:
-            try:
-                a.session.delete()
-            except ContractViolation as exc:  # a check the target runs before a DELETE (the items' pages)
+        deleted = self.target.delete_sessions([a.session for a in self.live]) if self.target and self.live else []
+        for a, exc in zip(self.live, deleted):
+            if isinstance(exc, ContractViolation):  # a check the target runs before a DELETE (the items' pages)
                 violation = violation or exc
-            except Exception as exc:  # keep cleaning the others
+            elif exc is not None:
                 errors.append(f"deleting agent {a.index}: {exc}")
                 target_failed = target_failed or isinstance(exc, TargetError)
         if self.world.busy:

@@ -105,5 +105,18 @@ class Target(abc.ABC):
     def open_session(self) -> AgentSession:
         ...
 
+    def delete_sessions(self, sessions: Sequence[AgentSession]) -> list[Exception | None]:
+        """DELETE each of ``sessions`` (a program's teardown): what each raised, None where it went.
+        One after another here; a target whose DELETE is a few round trips sends them at once."""
+        failures: list[Exception | None] = []
+        for session in sessions:
+            try:
+                session.delete()
+            except Exception as exc:  # keep cleaning the others
+                failures.append(exc)
+            else:
+                failures.append(None)
+        return failures
+
     def close(self) -> None:  # noqa: B027 - optional
         """Release what the target holds (threads, clients)."""

@@ -33,7 +33,10 @@ its cause: every item is walked once more in small, varying page sizes (``after=
 ``has_more``) and compared with what the large pages gave: the first turn's items beside the second
 turn, then every ``PAGE_CHECK_EVERY`` turns the items recorded since the last walk, beside the turn
 that follows (items are records: the walk reads the same pages whenever it runs), and before the
-session's DELETE the rest. Resource events are the session's ``resource_event`` items.
+session's DELETE the rest. A walk is not waited for at the end of its turn: it takes about three
+round trips, longer than a slow server's turn, and like a poll still in flight it is settled (its
+error raised) at the next turn and before the DELETE. Resource events are the session's
+``resource_event`` items.
 """
 
 from __future__ import annotations
@@ -46,7 +49,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent import futures
-from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import httpx
@@ -188,9 +190,9 @@ class HttpSession(AgentSession):
         self._model = model
         self._turns = itertools.count(1)
         self._items: list[dict[str, Any]] = []
-        self._pages = itertools.cycle(PAGE_SIZES)
+        self._walks = itertools.count()
         self._walked = 0
-        """How many of ``_items`` the small-page walk has covered (see ``_check_pages``)."""
+        """How many of ``_items`` the small-page walks have covered (see :meth:`_pages_walk`)."""
         self._turns_unwalked = 0
         self._fresh = False
         """The items were fetched after the last turn ended and nothing has read them since."""
@@ -199,7 +201,8 @@ class HttpSession(AgentSession):
         self.overlapped_turns = 0
         """How many turns :meth:`_overlapped_turn` awaited (the rest: :meth:`_await_turn`)."""
         self._strays: list[futures.Future[Any]] = []
-        """Polls of a turn that had ended before they answered (see :meth:`_settle_strays`)."""
+        """Requests beside the tester's own that nothing waits for yet: the walks of the items, and
+        the polls of a turn that had ended before they answered (see :meth:`_settle_strays`)."""
 
     # -- items ------------------------------------------------------------------------------------
     def _get(self, path: str, **params: Any) -> Any:
@@ -213,22 +216,20 @@ class HttpSession(AgentSession):
         """Fetch the items after the last one held, in pages of 1000 (usually one request)."""
         self._items.extend(self._items_after(self._items[-1]["id"] if self._items else None))
 
-    def _check_pages(self) -> None:
-        """Walk every item after the last one walked in small pages, and compare them with what
-        the pages of 1000 gave: pagination must be exact (§2.7) at any size of the session."""
-        self._pages_walk()()
-
     def _pages_walk(self) -> Callable[[], None]:
-        """The walk of :meth:`_check_pages` over the items held now, to run now or beside a turn:
-        items are records, so the walk reads the same pages whenever it runs (items recorded
-        meanwhile may only follow them)."""
+        """A walk of every item held now after the last one walked, in small pages, compared with
+        what the pages of 1000 gave: pagination must be exact (§2.7) at any size of the session.
+        It runs beside a turn or another walk (a stray, :meth:`_settle_strays`): items are records,
+        so the walk reads the same pages whenever it runs (items recorded meanwhile may only follow)."""
         path = f"/v1/sessions/{self.session_id}/items"
         start = self._items[self._walked - 1]["id"] if self._walked else None
         listed = [i.get("id") for i in self._items[self._walked:]]
         self._walked, self._turns_unwalked = len(self._items), 0
+        first = next(self._walks) % len(PAGE_SIZES)
+        sizes = itertools.cycle(PAGE_SIZES[first:] + PAGE_SIZES[:first])  # its own: walks may overlap
 
         def walk() -> None:
-            paged = [i.get("id") for i in self._walk(path, start, self._pages, enough=len(listed))]
+            paged = [i.get("id") for i in self._walk(path, start, sizes, enough=len(listed))]
             if paged[: len(listed)] != listed:  # items recorded meanwhile (an exit's event) may follow
                 lost = [i for i in listed if i not in paged]
                 dup = len(paged) - len(set(paged))
@@ -281,19 +282,17 @@ class HttpSession(AgentSession):
             for cids, step in zip(ids, steps)
         ]
         responses.append({"text": f"turn {tag} done"})
-        walk: list[Callable[[], None]] = []  # the last turns' items, walked in small pages while this one runs
-        if self._items and (self._walked == 0 or self._turns_unwalked >= PAGE_CHECK_EVERY):
-            walk.append(self._pages_walk())
         self._settle_strays(wait=False)
-        with self._t.beside_each(walk):
-            self._configure(tag, responses)
-            sent = time.monotonic()
-            if self._t.rtt >= PAIR_RTT and self._last_turn < SLOW_TURN * self._t.rtt:
-                self.overlapped_turns += 1
-                outcome = self._overlapped_turn(steps, ids, tag, step_timeout)
-            else:
-                outcome = self._await_turn(steps, ids, self._post(tag), step_timeout)
-            self._last_turn = time.monotonic() - sent
+        if self._items and (self._walked == 0 or self._turns_unwalked >= PAGE_CHECK_EVERY):
+            self._strays.append(self._t.beside(self._pages_walk()))  # the last turns' items, beside this one
+        self._configure(tag, responses)
+        sent = time.monotonic()
+        if self._t.rtt >= PAIR_RTT and self._last_turn < SLOW_TURN * self._t.rtt:
+            self.overlapped_turns += 1
+            outcome = self._overlapped_turn(steps, ids, tag, step_timeout)
+        else:
+            outcome = self._await_turn(steps, ids, self._post(tag), step_timeout)
+        self._last_turn = time.monotonic() - sent
         self._fresh = True
         self._turns_unwalked += 1
         outputs: dict[str, list[str]] = {}
@@ -453,10 +452,12 @@ class HttpSession(AgentSession):
         self._items.extend(page[len(held):])
 
     def _settle_strays(self, *, wait: bool) -> None:
-        """Polls that a turn's end left in flight: raise what one of them raised (a server error or a
-        violation is reported one step late, never lost); with ``wait``, wait for them all first."""
+        """The walks and the polls that a turn's end left in flight: raise what one of them raised (a
+        server error or a violation is reported a step or so late, never lost); with ``wait``, wait
+        for them all first."""
         if wait:
-            futures.wait(self._strays)
+            with meter.waited("http items page"):
+                futures.wait(self._strays)
         done = [f for f in self._strays if f.done()]
         self._strays = [f for f in self._strays if not f.done()]
         for future in done:
@@ -547,9 +548,9 @@ class HttpSession(AgentSession):
     def delete(self) -> None:
         if self._t.recorder:
             self._t.recorder.deleted(self.session_id)
+        if self._walked < len(self._items):  # the last turns' items, beside the walk still in flight
+            self._strays.append(self._t.beside(self._pages_walk()))
         self._settle_strays(wait=True)
-        if self._walked < len(self._items):  # the last turns' items, walked in small pages too
-            self._check_pages()
         reply = self._t.client.delete(f"/v1/sessions/{self.session_id}")
         if reply.status_code not in (200, 202, 204):  # (a 5xx is a ServerError, raised by the transport)
             fail("api.status", f"DELETE session {self.session_id}: HTTP {reply.status_code} {reply.text[:300]}")
@@ -571,22 +572,12 @@ class SessionsTarget(Target):
         self.recorder: Recorder | None = None
         """Notes every operation while set (a plain repro's replay, ``stateful.plain``)."""
         self._side: futures.ThreadPoolExecutor | None = None
+        self._opener: futures.ThreadPoolExecutor | None = None
+        self._spare: futures.Future[HttpSession] | None = None
+        """The next session, registered ahead (see :meth:`open_session`)."""
         self._side_lock = threading.Lock()
         self.rtt = 0.0
         """Seconds the last poll of the new items took (``PAIR_RTT``, ``SLOW_TURN``)."""
-
-    @contextmanager
-    def beside_each(self, calls: Sequence[Callable[[], None]]) -> Iterator[None]:
-        """Run each of ``calls`` beside the block; wait for them all when it ends, and raise what the
-        first that failed raised (the block's own exception, if it raised, goes first)."""
-        pending = [self.beside(call) for call in calls]
-        try:
-            yield
-        finally:  # nothing runs on unseen, whatever the block did
-            with meter.waited("http items page"):
-                futures.wait(pending)
-        for done in pending:
-            done.result()
 
     def beside(self, call: Callable[..., T], *args: Any) -> futures.Future[T]:
         """Run ``call(*args)`` in the target's side thread, beside the caller's next request (the
@@ -602,6 +593,41 @@ class SessionsTarget(Target):
             return call(*args)
 
     def open_session(self) -> HttpSession:
+        """A new agent session. Registering one takes three round trips one after the other (the
+        agent, the binding to the runner, the runner's status beside the first), so the next one
+        is registered ahead, in a side thread (the spare), while the tester goes on: a program's
+        sessions, and the next program's first, are then ready when asked for. What registering the
+        spare raised is raised here, when it is asked for."""
+        spare, self._spare = self._spare, None
+        if spare is None:
+            session = self._register()
+        else:
+            with meter.waited("http setup/other"):
+                futures.wait([spare])
+            session = spare.result()
+        with self._side_lock:
+            if self._opener is None:
+                self._opener = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sessions-spare")
+            self._spare = self._opener.submit(self._metered_beside, self._register)
+        if self.recorder:
+            self.recorder.opened(session.session_id, TERMINALS)
+        return session
+
+    def delete_sessions(self, sessions: Sequence[AgentSession]) -> list[Exception | None]:
+        """DELETE the sessions at once, each in its own thread: each is a walk of its last items and
+        the DELETE, a few round trips. A recorded replay (a plain repro's) keeps them in order."""
+        if self.recorder is not None or len(sessions) < 2:
+            return super().delete_sessions(sessions)
+        one = super().delete_sessions
+        with futures.ThreadPoolExecutor(max_workers=len(sessions), thread_name_prefix="sessions-delete") as pool:
+            deleting = [pool.submit(self._metered_beside, one, [session]) for session in sessions]
+            with meter.waited("http setup/other"):
+                futures.wait(deleting)
+        return [done.result()[0] for done in deleting]
+
+    def _register(self) -> HttpSession:
+        """Register an agent of its own (a unique name and model name), make a session of it and bind
+        that to the runner (§2.1, §2.4)."""
         name = unique_name("stateful")
         model = unique_name("stateful-model")
         text = agent_spec_yaml(name=name, harness=HARNESS, model=model, prompt="You are a terminal test assistant.",
@@ -623,11 +649,17 @@ class SessionsTarget(Target):
         bound = self.client.patch(f"/v1/sessions/{session_id}", json={"runner_id": self.runner_id})
         if bound.status_code != 200:
             fail("api.status", f"binding session {session_id} to runner: HTTP {bound.status_code} {bound.text[:300]}")
-        if self.recorder:
-            self.recorder.opened(session_id, TERMINALS)
         return HttpSession(self, session_id, model)
 
     def close(self) -> None:
-        if self._side is not None:
-            self._side.shutdown(wait=True)
+        """DELETE the spare session (if it was registered) and end the side threads and the client."""
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            try:
+                spare.result().delete()
+            except Exception:  # noqa: BLE001 - it never ran a turn; what failed has no program to report to
+                pass
+        for pool in (self._opener, self._side):
+            if pool is not None:
+                pool.shutdown(wait=True)
         self.client.close()
