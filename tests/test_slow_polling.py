@@ -123,3 +123,47 @@ def test_a_walk_beside_a_turn_still_finds_pages_that_are_not_exact() -> None:
             session.delete()
         finally:
             target.close()
+
+
+class ShortPages(httpx.BaseTransport):
+    """Plain HTTP; with ``cap``, a page of items holds at most 2 (a server may cap its pages: §2.7 asks
+    only that following ``after=last_id`` while ``has_more`` yields every item once, in order)."""
+
+    def __init__(self, cap: bool) -> None:
+        self._real = httpx.HTTPTransport()
+        self._cap = cap
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        limit = request.url.params.get("limit")
+        if self._cap and request.url.path.endswith("/items") and limit is not None and int(limit) > 2:
+            request = httpx.Request(request.method, request.url.copy_set_param("limit", "2"), headers=request.headers)
+        return self._real.handle_request(request)
+
+    def close(self) -> None:
+        self._real.close()
+
+
+@pytest.mark.parametrize("cap", [False, True], ids=["pages-as-asked", "shorter-pages"])
+def test_a_walks_pages_are_asked_at_once_and_a_page_that_differs_is_walked_again_one_by_one(
+        cap: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    one_by_one: list[int] = []
+    walk = HttpSession._walk
+
+    def counted(self: HttpSession, path: str, after: str | None, sizes: Any, enough: int | None = None) -> Any:
+        if enough is not None:  # the walk one page after the other (the items' own fetch has no ``enough``)
+            one_by_one.append(enough)
+        return walk(self, path, after, sizes, enough)
+
+    monkeypatch.setattr(HttpSession, "_walk", counted)
+    with EmbeddedStack(latency=0.03) as stack:
+        target = SessionsTarget(stack.server_url, stack.mock_llm_url, stack.runner_id, transport=ShortPages(cap))
+        try:
+            session = target.open_session()
+            for _ in range(PAGE_CHECK_EVERY + 2):  # two walks beside turns, then the last before DELETE
+                out = session.run_turn([[call("sys_terminal_list")], [call("sys_terminal_list")]], step_timeout=30)
+                assert json.loads(out[1][0]) == []
+            session.delete()  # no violation either way: shorter pages are exact too
+        finally:
+            target.close()
+    # as asked, each walk's planned pages were the walk; shorter, each walk was walked again to decide
+    assert len(one_by_one) == (3 if cap else 0)

@@ -113,6 +113,8 @@ its round trips, and is polled one request at a time: overlapped, it would be me
 times the requests for a gain of one round trip in ten or more."""
 SIDE_THREADS = 2 * OVERLAP + 2
 """Requests sent beside the tester's own at most at once: the polls, the post, a walk of the items."""
+PAGE_THREADS = 8
+"""Pages of the walks requested at most at once (a walk of a few turns' items is 2-4 pages)."""
 POLL_SHARE, POLL_LATE = 0.2, 0.1
 """A turn that has run for a while is polled every ``POLL_SHARE`` of its time so far, up to ``POLL_LATE``
 seconds: its end is seen at most 20 % late, and a real server's turn of 0.4-1.5 s is not met with 25
@@ -182,6 +184,13 @@ def _steps_done(ids: list[list[str]], have: set[Any]) -> int:
     return next((s for s, cids in enumerate(ids) if any(c not in have for c in cids)), len(ids))
 
 
+def _as_planned(data: list[dict[str, Any]], more: bool, ids: list[Any], *, last: bool) -> bool:
+    """Whether a page of a walk holds the ids planned for it (and, but for the last, says
+    ``has_more``). The last may also hold items recorded since the walk was planned, after them."""
+    got = [i.get("id") for i in data]
+    return got[: len(ids)] == ids if last else got == ids and more
+
+
 class HttpSession(AgentSession):
     def __init__(self, target: SessionsTarget, session_id: str, model: str) -> None:
         self._t = target
@@ -220,16 +229,37 @@ class HttpSession(AgentSession):
         """A walk of every item held now after the last one walked, in small pages, compared with
         what the pages of 1000 gave: pagination must be exact (§2.7) at any size of the session.
         It runs beside a turn or another walk (a stray, :meth:`_settle_strays`): items are records,
-        so the walk reads the same pages whenever it runs (items recorded meanwhile may only follow)."""
+        so the walk reads the same pages whenever it runs (items recorded meanwhile may only follow).
+
+        Its pages are requested at once, each after the id that the page before it must end with:
+        where every answer is the page planned, they are the requests and answers of a walk that
+        follows ``last_id`` one page after the other, in one round trip instead of one per page.
+        Where one is not (a server may answer a shorter page, or a broken one another), that walk,
+        one page after the other, decides."""
         path = f"/v1/sessions/{self.session_id}/items"
         start = self._items[self._walked - 1]["id"] if self._walked else None
         listed = [i.get("id") for i in self._items[self._walked:]]
         self._walked, self._turns_unwalked = len(self._items), 0
         first = next(self._walks) % len(PAGE_SIZES)
-        sizes = itertools.cycle(PAGE_SIZES[first:] + PAGE_SIZES[:first])  # its own: walks may overlap
+        sizes = PAGE_SIZES[first:] + PAGE_SIZES[:first]  # its own: walks may overlap
+        plan: list[tuple[dict[str, Any], list[Any]]] = []  # each page's request and the ids it must hold
+        for size in itertools.cycle(sizes):
+            at = sum(len(ids) for _, ids in plan)
+            if at >= len(listed):
+                break
+            params: dict[str, Any] = {"order": "asc", "limit": size}
+            after = listed[at - 1] if at else start
+            if after is not None:
+                params["after"] = after
+            plan.append((params, listed[at:at + size]))
 
         def walk() -> None:
-            paged = [i.get("id") for i in self._walk(path, start, sizes, enough=len(listed))]
+            pages = [self._t.page(self._page, path, params) for params, _ in plan]
+            answers = [answer.result() for answer in pages]
+            if all(_as_planned(data, more, ids, last=n == len(plan) - 1)
+                   for n, ((data, more), (_, ids)) in enumerate(zip(answers, plan))):
+                return
+            paged = [i.get("id") for i in self._walk(path, start, itertools.cycle(sizes), enough=len(listed))]
             if paged[: len(listed)] != listed:  # items recorded meanwhile (an exit's event) may follow
                 lost = [i for i in listed if i not in paged]
                 dup = len(paged) - len(set(paged))
@@ -244,27 +274,32 @@ class HttpSession(AgentSession):
               enough: int | None = None) -> list[dict[str, Any]]:
         """Every item after ``after`` (all, if None), following ``after=last_id`` while ``has_more``
         with page sizes from ``sizes`` (or until it holds ``enough`` of them: a walk beside a turn
-        leaves that turn's items to the next walk); the pages' own shape is checked on the way."""
+        leaves that turn's items to the next walk)."""
         items: list[dict[str, Any]] = []
         cursor = after
         for _ in range(100_000):
             params: dict[str, Any] = {"order": "asc", "limit": next(sizes)}
             if cursor is not None:
                 params["after"] = cursor
-            page = self._get(path, **params)
-            data = page.get("data")
-            if not isinstance(data, list):
-                fail("items.pagination", f"GET items: 'data' is not a list: {page!r}"[:800])
+            data, more = self._page(path, params)
             items.extend(data)
             if data:
-                if page.get("last_id") != data[-1].get("id") or page.get("first_id") != data[0].get("id"):
-                    fail("items.pagination", f"GET items {params}: first_id/last_id do not name the page's ends")
                 cursor = data[-1]["id"]
-            if not page.get("has_more") or (enough is not None and len(items) >= enough):
+            if not more or (enough is not None and len(items) >= enough):
                 break
             if not data:
                 fail("items.pagination", f"GET items {params}: an empty page says has_more")
         return items
+
+    def _page(self, path: str, params: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
+        """One page of items and whether it says ``has_more``; its own shape checked (§2.7)."""
+        page = self._get(path, **params)
+        data = page.get("data") if isinstance(page, Mapping) else None
+        if not isinstance(data, list):
+            fail("items.pagination", f"GET items: 'data' is not a list: {page!r}"[:800])
+        if data and (page.get("last_id") != data[-1].get("id") or page.get("first_id") != data[0].get("id")):
+            fail("items.pagination", f"GET items {params}: first_id/last_id do not name the page's ends")
+        return data, bool(page.get("has_more"))
 
     # -- turns ------------------------------------------------------------------------------------
     def run_turn(self, steps: Sequence[Step], *, step_timeout: float) -> list[list[str]]:
@@ -573,11 +608,20 @@ class SessionsTarget(Target):
         """Notes every operation while set (a plain repro's replay, ``stateful.plain``)."""
         self._side: futures.ThreadPoolExecutor | None = None
         self._opener: futures.ThreadPoolExecutor | None = None
+        self._pager: futures.ThreadPoolExecutor | None = None
         self._spare: futures.Future[HttpSession] | None = None
         """The next session, registered ahead (see :meth:`open_session`)."""
         self._side_lock = threading.Lock()
         self.rtt = 0.0
         """Seconds the last poll of the new items took (``PAIR_RTT``, ``SLOW_TURN``)."""
+
+    def page(self, call: Callable[..., T], *args: Any) -> futures.Future[T]:
+        """Run ``call(*args)``, one page of a walk, in the target's page threads: a walk (itself run
+        :meth:`beside`) waits for its pages, which wait for nothing, so they have threads of their own."""
+        with self._side_lock:
+            if self._pager is None:
+                self._pager = futures.ThreadPoolExecutor(max_workers=PAGE_THREADS, thread_name_prefix="sessions-page")
+        return self._pager.submit(self._metered_beside, call, *args)
 
     def beside(self, call: Callable[..., T], *args: Any) -> futures.Future[T]:
         """Run ``call(*args)`` in the target's side thread, beside the caller's next request (the
@@ -659,7 +703,7 @@ class SessionsTarget(Target):
                 spare.result().delete()
             except Exception:  # noqa: BLE001 - it never ran a turn; what failed has no program to report to
                 pass
-        for pool in (self._opener, self._side):
+        for pool in (self._opener, self._side, self._pager):
             if pool is not None:
                 pool.shutdown(wait=True)
         self.client.close()
