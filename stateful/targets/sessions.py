@@ -243,15 +243,14 @@ class HttpSession(AgentSession):
         first = next(self._walks) % len(PAGE_SIZES)
         sizes = PAGE_SIZES[first:] + PAGE_SIZES[:first]  # its own: walks may overlap
         plan: list[tuple[dict[str, Any], list[Any]]] = []  # each page's request and the ids it must hold
-        for size in itertools.cycle(sizes):
-            at = sum(len(ids) for _, ids in plan)
-            if at >= len(listed):
-                break
-            params: dict[str, Any] = {"order": "asc", "limit": size}
+        at, size = 0, itertools.cycle(sizes)
+        while at < len(listed):
+            params: dict[str, Any] = {"order": "asc", "limit": next(size)}
             after = listed[at - 1] if at else start
             if after is not None:
                 params["after"] = after
-            plan.append((params, listed[at:at + size]))
+            plan.append((params, listed[at:at + params["limit"]]))
+            at += params["limit"]
 
         def walk() -> None:
             pages = [self._t.page(self._page, path, params) for params, _ in plan]
@@ -670,8 +669,8 @@ class SessionsTarget(Target):
         return [done.result()[0] for done in deleting]
 
     def _register(self) -> HttpSession:
-        """Register an agent of its own (a unique name and model name), make a session of it and bind
-        that to the runner (§2.1, §2.4)."""
+        """Register an agent of its own (a unique name and model name), which makes a session of it,
+        and bind that to the runner (CONTRACT §2, items 1 and 4)."""
         name = unique_name("stateful")
         model = unique_name("stateful-model")
         text = agent_spec_yaml(name=name, harness=HARNESS, model=model, prompt="You are a terminal test assistant.",
