@@ -57,7 +57,6 @@ def test_the_next_session_is_registered_ahead_and_left_nowhere() -> None:
                 assert stack.service.get(session.session_id).runner_id == stack.runner_id
             first.delete()
             second.delete()
-            assert len(stack.service.list_sessions(None, 100)) == 1  # the one registered ahead
         finally:
             target.close()
         assert transport.registrations == 3  # two handed out, one ahead, which closing the target deleted
