@@ -125,6 +125,25 @@ def test_a_walk_beside_a_turn_still_finds_pages_that_are_not_exact() -> None:
             target.close()
 
 
+def test_a_session_whose_last_walk_fails_is_deleted_all_the_same() -> None:
+    transport = SlowTransport()
+    with EmbeddedStack(latency=0.03) as stack:
+        target = SessionsTarget(stack.server_url, stack.mock_llm_url, stack.runner_id, transport=transport)
+        try:
+            session = target.open_session()
+            for _ in range(2):  # the second turn walks the first's items (from the start: nothing lost)
+                session.run_turn([[call("sys_terminal_launch", terminal="sh", session="a")],
+                                  [call("sys_terminal_list")]], step_timeout=30)
+            transport.lose.set()  # the last walk, after an item id, loses one
+            with pytest.raises(ContractViolation) as lost:
+                session.delete()
+            assert lost.value.clause == "items.pagination"
+            assert session.session_id not in {s["id"] for s in stack.service.list_sessions(None, 100)}
+            assert stack.registry.list(session.session_id) == []  # its terminal went with it
+        finally:
+            target.close()
+
+
 class ShortPages(httpx.BaseTransport):
     """Plain HTTP; with ``cap``, a page of items holds at most 2 (a server may cap its pages: §2.7 asks
     only that following ``after=last_id`` while ``has_more`` yields every item once, in order)."""

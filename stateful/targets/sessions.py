@@ -41,6 +41,7 @@ error raised) at the next turn and before the DELETE. Resource events are the se
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import secrets
@@ -584,7 +585,12 @@ class HttpSession(AgentSession):
             self._t.recorder.deleted(self.session_id)
         if self._walked < len(self._items):  # the last turns' items, beside the walk still in flight
             self._strays.append(self._t.beside(self._pages_walk()))
-        self._settle_strays(wait=True)
+        try:
+            self._settle_strays(wait=True)
+        except Exception:  # a walk or a poll failed: the terminals go all the same, and that failure is reported
+            with contextlib.suppress(Exception):
+                self._t.client.delete(f"/v1/sessions/{self.session_id}")
+            raise
         reply = self._t.client.delete(f"/v1/sessions/{self.session_id}")
         if reply.status_code not in (200, 202, 204):  # (a 5xx is a ServerError, raised by the transport)
             fail("api.status", f"DELETE session {self.session_id}: HTTP {reply.status_code} {reply.text[:300]}")
