@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from typing import Any, cast
 
 import httpx
@@ -104,42 +106,41 @@ class SlowTransport(httpx.BaseTransport):
         self._real.close()
 
 
-def test_a_walk_beside_a_turn_still_finds_pages_that_are_not_exact() -> None:
+@contextmanager
+def two_turns_run(first: list[Call]) -> Iterator[tuple[EmbeddedStack, SlowTransport, HttpSession]]:
+    """A session of a stack at 30 ms that has run two turns (``first``, then a list, each), the
+    second of which walked the first's items from the start (nothing lost there: no ``after``)."""
     transport = SlowTransport()
     with EmbeddedStack(latency=0.03) as stack:
         target = SessionsTarget(stack.server_url, stack.mock_llm_url, stack.runner_id, transport=transport)
         try:
             session = target.open_session()
             for _ in range(2):
-                session.run_turn([[call("sys_terminal_list")], [call("sys_terminal_list")]], step_timeout=30)
-            transport.lose.set()  # small pages lose an item from here on; pages of 1000 do not
-            with pytest.raises(ContractViolation) as lost:
-                for _ in range(PAGE_CHECK_EVERY + 1):
-                    session.run_turn([[call("sys_terminal_list")]], step_timeout=30)
-                session.delete()  # a walk is settled at a later turn, at the latest before the DELETE
-            assert lost.value.clause == "items.pagination"
-            assert not session._strays
-        finally:  # (the session ran only lists; the stack ends whatever is left of it)
+                session.run_turn([first, [call("sys_terminal_list")]], step_timeout=30)
+            yield stack, transport, session
+        finally:  # (the stack ends whatever is left of the session)
             target.close()
+
+
+def test_a_walk_beside_a_turn_still_finds_pages_that_are_not_exact() -> None:
+    with two_turns_run([call("sys_terminal_list")]) as (_, transport, session):
+        transport.lose.set()  # small pages lose an item from here on; pages of 1000 do not
+        with pytest.raises(ContractViolation) as lost:
+            for _ in range(PAGE_CHECK_EVERY + 1):
+                session.run_turn([[call("sys_terminal_list")]], step_timeout=30)
+            session.delete()  # a walk is settled at a later turn, at the latest before the DELETE
+        assert lost.value.clause == "items.pagination"
+        assert not session._strays
 
 
 def test_a_session_whose_last_walk_fails_is_deleted_all_the_same() -> None:
-    transport = SlowTransport()
-    with EmbeddedStack(latency=0.03) as stack:
-        target = SessionsTarget(stack.server_url, stack.mock_llm_url, stack.runner_id, transport=transport)
-        try:
-            session = target.open_session()
-            for _ in range(2):  # the second turn walks the first's items (from the start: nothing lost)
-                session.run_turn([[call("sys_terminal_launch", terminal="sh", session="a")],
-                                  [call("sys_terminal_list")]], step_timeout=30)
-            transport.lose.set()  # the last walk, after an item id, loses one
-            with pytest.raises(ContractViolation) as lost:
-                session.delete()
-            assert lost.value.clause == "items.pagination"
-            assert session.session_id not in {s["id"] for s in stack.service.list_sessions(None, 100)}
-            assert stack.registry.list(session.session_id) == []  # its terminal went with it
-        finally:
-            target.close()
+    with two_turns_run([call("sys_terminal_launch", terminal="sh", session="a")]) as (stack, transport, session):
+        transport.lose.set()  # the last walk, after an item id, loses one
+        with pytest.raises(ContractViolation) as lost:
+            session.delete()
+        assert lost.value.clause == "items.pagination"
+        assert session.session_id not in {s["id"] for s in stack.service.list_sessions(None, 100)}
+        assert stack.registry.list(session.session_id) == []  # its terminal went with it
 
 
 class ShortPages(httpx.BaseTransport):
