@@ -116,6 +116,11 @@ SIDE_THREADS = 2 * OVERLAP + 2
 """Requests sent beside the tester's own at most at once: the polls, the post, a walk of the items."""
 PAGE_THREADS = 8
 """Pages of the walks requested at most at once (a walk of a few turns' items is 2-4 pages)."""
+POOLS = (("spare", 1), ("beside", SIDE_THREADS), ("page", PAGE_THREADS))
+"""The target's thread pools and their sizes: the next session's registration (which runs the
+runner's status check beside it), requests beside the tester's own (a walk among them, which waits
+for its pages) and the walks' pages (which wait for nothing). Closing the target ends them in this
+order, each after those that may wait for it."""
 POLL_SHARE, POLL_LATE = 0.2, 0.1
 """A turn that has run for a while is polled every ``POLL_SHARE`` of its time so far, up to ``POLL_LATE``
 seconds: its end is seen at most 20 % late, and a real server's turn of 0.4-1.5 s is not met with 25
@@ -611,30 +616,33 @@ class SessionsTarget(Target):
                                             "sh": "bash --norc --noprofile"}
         self.recorder: Recorder | None = None
         """Notes every operation while set (a plain repro's replay, ``stateful.plain``)."""
-        self._side: futures.ThreadPoolExecutor | None = None
-        self._opener: futures.ThreadPoolExecutor | None = None
-        self._pager: futures.ThreadPoolExecutor | None = None
+        self._pools: dict[str, futures.ThreadPoolExecutor] = {}
+        """The thread pools of ``POOLS`` made so far (each when first used)."""
+        self._pools_lock = threading.Lock()
         self._spare: futures.Future[HttpSession] | None = None
         """The next session, registered ahead (see :meth:`open_session`)."""
-        self._side_lock = threading.Lock()
         self.rtt = 0.0
         """Seconds the last poll of the new items took (``PAIR_RTT``, ``SLOW_TURN``)."""
 
     def page(self, call: Callable[..., T], *args: Any) -> futures.Future[T]:
         """Run ``call(*args)``, one page of a walk, in the target's page threads: a walk (itself run
         :meth:`beside`) waits for its pages, which wait for nothing, so they have threads of their own."""
-        with self._side_lock:
-            if self._pager is None:
-                self._pager = futures.ThreadPoolExecutor(max_workers=PAGE_THREADS, thread_name_prefix="sessions-page")
-        return self._pager.submit(self._metered_beside, call, *args)
+        return self._submit("page", call, *args)
 
     def beside(self, call: Callable[..., T], *args: Any) -> futures.Future[T]:
         """Run ``call(*args)`` in the target's side thread, beside the caller's next request (the
         client is shared: httpx's ``Client`` may be used from several threads)."""
-        with self._side_lock:
-            if self._side is None:
-                self._side = futures.ThreadPoolExecutor(max_workers=SIDE_THREADS, thread_name_prefix="sessions-beside")
-        return self._side.submit(self._metered_beside, call, *args)
+        return self._submit("beside", call, *args)
+
+    def _submit(self, pool: str, call: Callable[..., T], *args: Any) -> futures.Future[T]:
+        """Run ``call(*args)`` in the pool named ``pool`` (``POOLS``), made when first used; its
+        requests are counted by the meter, but their seconds are not the tester's waiting."""
+        with self._pools_lock:
+            executor = self._pools.get(pool)
+            if executor is None:
+                executor = self._pools[pool] = futures.ThreadPoolExecutor(
+                    max_workers=dict(POOLS)[pool], thread_name_prefix=f"sessions-{pool}")
+        return executor.submit(self._metered_beside, call, *args)
 
     @staticmethod
     def _metered_beside(call: Callable[..., T], *args: Any) -> T:
@@ -654,10 +662,7 @@ class SessionsTarget(Target):
             with meter.waited("http setup/other"):
                 futures.wait([spare])
             session = spare.result()
-        with self._side_lock:
-            if self._opener is None:
-                self._opener = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sessions-spare")
-            self._spare = self._opener.submit(self._metered_beside, self._register)
+        self._spare = self._submit("spare", self._register)
         if self.recorder:
             self.recorder.opened(session.session_id, TERMINALS)
         return session
@@ -708,7 +713,7 @@ class SessionsTarget(Target):
                 spare.result().delete()
             except Exception:  # noqa: BLE001 - it never ran a turn; what failed has no program to report to
                 pass
-        for pool in (self._opener, self._side, self._pager):
-            if pool is not None:
-                pool.shutdown(wait=True)
+        for name, _ in POOLS:
+            if name in self._pools:
+                self._pools[name].shutdown(wait=True)
         self.client.close()
