@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     clauses = commands.add_parser("clauses", help="list the contract's clauses that violations name")
     clauses.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
     from stateful import replay
-    replay.build_parser(commands.add_parser("replay", help="run repros (either kind): FIXED / STILL FAILING / ERROR"))
+    replay.build_parser(commands.add_parser("replay", help="run repros (either kind): FIXED / STILL FAILING / SKIPPED / ERROR"))
     from stateful.campaign.options import add_parser as add_campaign
 
     add_campaign(commands)
