@@ -298,7 +298,7 @@ def session_items(client: httpx.Client, session_id: str, *, page_size: int = 100
         reply.raise_for_status()
         return reply.json()
 
-    return list(walk_items(page, page_size))
+    return walk_items(page, page_size)
 
 
 def tool_outputs(client: httpx.Client, session_id: str, response_id: str | None = None) -> list[dict[str, Any]]:

@@ -519,6 +519,13 @@ def test_a_loopback_server_answers_only_to_loopback_names(stack: EmbeddedStack) 
             assert httpx.get(f"{url}/health", headers={"Host": host}).status_code == 200, (url, host)
 
 
+def test_a_server_bound_to_another_loopback_address_answers_to_it() -> None:
+    with EmbeddedStack(host="127.0.0.2", backend=fake_backend) as other:
+        assert other.server_url.startswith("http://127.0.0.2:")
+        assert httpx.get(f"{other.server_url}/health").status_code == 200
+        assert httpx.get(f"{other.server_url}/health", headers={"Host": "evil.example"}).status_code == 403
+
+
 def test_an_unexpected_error_is_logged_and_answered_without_its_details(
     stack: EmbeddedStack, client: httpx.Client, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -34,7 +34,8 @@ def is_json(content_type: str | None) -> bool:
 
 class LoopbackHostOnly:
     """Answers 403 to every HTTP request whose ``Host`` is not a loopback name with the server's port
-    (``127.0.0.1:P``, ``localhost:P``, ``[::1]:P``; the bare name too when P is 80)."""
+    (``127.0.0.1:P``, ``localhost:P``, ``[::1]:P``, or the loopback address it is bound to, e.g.
+    ``127.0.0.2:P``; the bare name too when P is 80)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -42,9 +43,10 @@ class LoopbackHostOnly:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             host = dict(scope.get("headers") or []).get(b"host", b"").decode("latin-1").strip().lower()
-            server = scope.get("server")
-            port = server[1] if server else None
-            allowed = {f"{name}:{port}" for name in LOOPBACK_NAMES} | (set(LOOPBACK_NAMES) if port == 80 else set())
+            server = scope.get("server") or (None, None)
+            bound, port = server[0], server[1]
+            names = {*LOOPBACK_NAMES, *([f"[{bound}]" if ":" in bound else bound] if bound else [])}
+            allowed = {f"{name}:{port}" for name in names} | (names if port == 80 else set())
             if host not in allowed:
                 shown = ", ".join(sorted(allowed))
                 message = (f"Host {host!r} is not this loopback server's name ({shown}): refused, so that no web "
