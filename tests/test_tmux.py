@@ -242,6 +242,22 @@ def test_destroy_ends_a_hung_tmux_server(start: Starter, monkeypatch: pytest.Mon
     assert not server.server.alive()
 
 
+def test_destroy_finds_a_hung_server_whose_pids_it_never_learnt(
+        start: Starter, monkeypatch: pytest.MonkeyPatch, terminal_pids: Callable[[str], list[int]]) -> None:
+    """A start that timed out leaves a server that never said its pids: /proc names it by our socket."""
+    server = start("exec sleep 1000")
+    assert server.server is not None and server.pane is not None
+    hung, pane = server.server, server.pane
+    monkeypatch.setattr(tmux, "TMUX_TIMEOUT", 1.0)
+    os.kill(hung.pid, signal.SIGSTOP)
+    server.server = server.pane = None
+    started = time.monotonic()
+    server.destroy()
+    assert time.monotonic() - started < 15  # one timed-out list-panes, no kill-server to wait for
+    assert not hung.alive() and not pane.alive()
+    assert terminal_pids(server.socket_path) == []
+
+
 def test_start_does_not_expand_or_split_the_command_and_directory(
     tmp_path: Path, eventually: Callable[..., Any]
 ) -> None:

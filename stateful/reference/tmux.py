@@ -676,20 +676,43 @@ class TmuxServer:
 
     # -- teardown -------------------------------------------------------------------------------
 
-    def _discover(self) -> None:
-        """Ask the server for pids we do not know yet (a reaper record written before start)."""
+    def _discover(self) -> bool:
+        """Ask the server for pids we do not know yet (a reaper record written before start, or a
+        start that timed out). False if the server hangs: it is then found in ``/proc`` instead."""
         try:
             lines = self.run("list-panes", "-a", "-F", "#{pane_id} #{pane_pid} #{pid}")
+        except TmuxTimeout:
+            self._discover_hung()
+            return False
         except TmuxError:
-            return
+            return True
         for line in lines[:1]:
             try:
                 pane_id, pane_pid, server_pid = line.split(" ")
             except ValueError:
-                return
+                break
             self.pane_id = self.pane_id or pane_id
             self.pane = self.pane or ProcessRef.of(int(pane_pid))
             self.server = self.server or ProcessRef.of(int(server_pid))
+        return True
+
+    def _discover_hung(self) -> None:
+        """The server that does not answer, from ``/proc``: the tmux server whose command line names
+        our private socket (``-S<path>``, as :func:`run_tmux` passes it; the directory is ours alone),
+        and its pane: that server's child."""
+        flag = f"-S{self.socket_path}".encode()
+        for stat in _all_stats():
+            if self.server is None and stat.comm == "tmux: server":
+                try:
+                    with open(f"/proc/{stat.pid}/cmdline", "rb") as handle:
+                        arguments = handle.read().split(b"\0")
+                except OSError:
+                    continue
+                if flag in arguments:
+                    self.server = ProcessRef(stat.pid, stat.start_time)
+        if self.server is not None and self.pane is None:
+            child = next((stat for stat in _all_stats() if stat.ppid == self.server.pid), None)
+            self.pane = None if child is None else ProcessRef(child.pid, child.start_time)
 
     def destroy(self) -> None:
         """Kill the server and every process of the pane's session; remove the socket directory.
@@ -701,10 +724,11 @@ class TmuxServer:
             if self._destroyed:
                 return
             self._destroyed = True
+            answers = True
             if (self.pane is None or self.server is None) and os.path.exists(self.socket_path):
-                self._discover()
+                answers = self._discover()
             server_up = self.server is not None and self.server.alive()
-            if server_up or (self.server is None and os.path.exists(self.socket_path)):
+            if answers and (server_up or (self.server is None and os.path.exists(self.socket_path))):
                 try:
                     self.run("kill-server")
                 except TmuxError:
