@@ -8,7 +8,8 @@ Prints exactly one JSON line on stdout once both servers answer::
     {"server_url": "...", "mock_llm_url": "...", "runner_id": "..."}
 
 so a script can start it and read where to point a client. On SIGINT/SIGTERM every terminal is closed
-and the process exits 0. Bad options give a clear error and exit status 2.
+and the process exits 0. Bad options give a clear error and exit status 2. The bearer token may come
+from ``STATEFUL_SERVER_TOKEN`` instead of ``--token``: a command line shows in the process list.
 """
 
 from __future__ import annotations
@@ -45,12 +46,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--token",
         default=os.environ.get("STATEFUL_SERVER_TOKEN") or None,
-        help="bearer token the sessions API requires (required off loopback; env STATEFUL_SERVER_TOKEN)",
+        help="bearer token the sessions API requires (required off loopback); better given as the environment "
+             "variable STATEFUL_SERVER_TOKEN, which the process list does not show",
     )
     clauses = commands.add_parser("clauses", help="list the contract's clauses that violations name")
     clauses.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
     from stateful import replay
-    replay.build_parser(commands.add_parser("replay", help="run repros (either kind): FIXED / STILL FAILING / ERROR"))
+    replay.build_parser(commands.add_parser("replay", help="run repros (either kind): FIXED / STILL FAILING / SKIPPED / ERROR"))
     from stateful.campaign.options import add_parser as add_campaign
 
     add_campaign(commands)
@@ -83,7 +85,8 @@ def serve(args: argparse.Namespace) -> int:
     from stateful.reference.stack import EmbeddedStack, is_loopback
 
     if not is_loopback(args.host) and not args.token:
-        print(f"error: --host {args.host} is not loopback: --token is required", file=sys.stderr)
+        print(f"error: --host {args.host} is not loopback: a token is required (STATEFUL_SERVER_TOKEN or --token)",
+              file=sys.stderr)
         return EXIT_USAGE
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

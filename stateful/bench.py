@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 
 from stateful.reference.registry import TerminalRegistry
 from stateful.reference.spec import TerminalSpec
-from stateful.reference.tmux import TmuxServer
+from stateful.reference.tmux import TMUX_TIMEOUT, TmuxServer
 from stateful.reference.tools import ToolContext, call_tool
 
 
@@ -85,17 +85,17 @@ def floor(options: argparse.Namespace) -> list[Row]:
     calls = options.calls
     with _private_tmux() as server:
         # The benchmark's one direct tmux invocation: the floor must not include our own code.
-        raw = [shutil.which("tmux") or "tmux", "-S", server.socket_path, "display-message", "-p", "x"]
+        raw = [shutil.which("tmux") or "tmux", "-S", server.socket_path, "-f", "/dev/null", "display-message", "-p", "x"]
 
         def raw_call(_: int) -> None:
-            subprocess.run(raw, check=True, stdout=subprocess.DEVNULL)
+            subprocess.run(raw, check=True, stdout=subprocess.DEVNULL, timeout=TMUX_TIMEOUT)
 
         raw_call(0)
         rows = [Row("floor", "tmux display-message -p x (raw)", _timed(calls, raw_call))]
         rows.append(
             Row(
                 "floor",
-                "TmuxServer.run(display-message) (libtmux)",
+                "TmuxServer.run(display-message) (run_tmux)",
                 _timed(calls, lambda _: server.run("display-message", "-p", "x")),
             )
         )
@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"# {platform.node()}: {os.cpu_count()} CPUs, load average "
         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}, Python {platform.python_version()}, "
-        f"{subprocess.run(['tmux', '-V'], capture_output=True, text=True).stdout.strip()}",
+        f"{subprocess.run(['tmux', '-V'], capture_output=True, text=True, timeout=TMUX_TIMEOUT).stdout.strip()}",
         flush=True,
     )
     rows: list[Row] = []

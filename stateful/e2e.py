@@ -31,6 +31,7 @@ import pytest
 import yaml
 
 from stateful import meter
+from stateful.plain_checks import walk_items
 from stateful.arguments import milliseconds
 from stateful.reference.bundle import build_bundle
 
@@ -289,17 +290,15 @@ def poll_session_until_terminal(
 
 
 def session_items(client: httpx.Client, session_id: str, *, page_size: int = 1000) -> list[dict[str, Any]]:
-    """Every item of a session, oldest first, following the pages (flat items)."""
-    items: list[dict[str, Any]] = []
-    params: dict[str, Any] = {"order": "asc", "limit": page_size}
-    while True:
+    """Every item of a session, oldest first, following the pages (flat items); a server whose pages
+    would never end fails the walk with a message naming it (:func:`plain_checks.walk_items`)."""
+
+    def page(params: dict[str, Any]) -> Any:
         reply = client.get(f"/v1/sessions/{session_id}/items", params=params, headers=HEADERS)
         reply.raise_for_status()
-        page = reply.json()
-        items.extend(page["data"])
-        if not page.get("has_more"):
-            return items
-        params["after"] = page["last_id"]
+        return reply.json()
+
+    return walk_items(page, page_size)
 
 
 def tool_outputs(client: httpx.Client, session_id: str, response_id: str | None = None) -> list[dict[str, Any]]:

@@ -545,21 +545,31 @@ class TerminalMachine(RuleBasedStateMachine):
 
         After a program that passed, a violation found by a check the target runs before a DELETE
         (the sessions target's last walk of the items' pages) is reported, and a server that fails
-        the DELETE is a failure of the target (never a repro); after a failed rule nothing but that
-        rule's failure is reported."""
+        the DELETE is a failure of the target (never a repro); any other error of a DELETE (the
+        tester's own, an unexpected answer) is raised as it is, with a note naming the agent and every
+        other DELETE's error: a teardown drops nothing. After a failed rule nothing but that rule's
+        failure is reported."""
         event(f"program: {self.rules_run // 10 * 10}+ rules")
         errors, target_failed = [], False
         violation: ContractViolation | None = None
+        unexpected: Exception | None = None
         deleted = self.target.delete_sessions([a.session for a in self.live]) if self.target and self.live else []
         for a, exc in zip(self.live, deleted):
             if isinstance(exc, ContractViolation):  # a check the target runs before a DELETE (the items' pages)
                 violation = violation or exc
             elif exc is not None:
-                errors.append(f"deleting agent {a.index}: {exc}")
+                errors.append(f"deleting agent {a.index}: {type(exc).__name__}: {exc}")
                 target_failed = target_failed or isinstance(exc, TargetError)
+                if unexpected is None and not isinstance(exc, TargetError):
+                    unexpected = exc
         if self.world.busy:
             return
         if violation is not None:
+            if errors:
+                violation.add_note(f"the teardown's other DELETEs failed too: {'; '.join(errors)}")
             raise violation
         if target_failed:
             raise TargetError("; ".join(errors))
+        if unexpected is not None:
+            unexpected.add_note(f"raised by the teardown's DELETEs: {'; '.join(errors)}")
+            raise unexpected

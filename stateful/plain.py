@@ -240,7 +240,7 @@ def _check_kinds(p: Plan) -> set[str]:
             for b in p.blocks if b.kind in ("events", "rows", "capture", "gone") or (b.kind == "delete" and b.final)}
 
 
-_MODULES = {"events": ("re",), "probe": ("os", "subprocess"), "rows": ("os", "subprocess")}
+_MODULES = {"walk": (), "events": ("re",), "probe": ("os", "subprocess"), "rows": ("os", "subprocess")}
 """The stdlib modules each kind of check's copied functions import (besides json and time)."""
 
 
@@ -301,14 +301,13 @@ def render(p: Plan, steps: Sequence[str], failure: BaseException, conftest: str,
         body += _block(block)
     name = Path(name).stem
     summary = first.replace("\\", "\\\\").replace('"""', "'''")
-    kinds = _check_kinds(p)
+    kinds = _check_kinds(p) | {"walk"}  # every repro reads the items (Agent.items)
     imports = "".join(f"import {module}\n" for module in sorted({m for kind in kinds for m in _MODULES[kind]}))
-    future = "from __future__ import annotations\n\n" if kinds else ""
-    typing = ("from collections import Counter\n" if "events" in kinds else "") + ("from typing import Any\n" if kinds else "")
+    typing = ("from collections import Counter\n" if "events" in kinds else "") + "from typing import Any\n"
     methods = "".join(text for kind, text in _METHODS if kind in kinds)
     noted = "        self.noted: dict = {}  # (terminal, session) -> (its socket, its processes): see capture()\n" \
         if "probe" in kinds else ""
-    helpers = ("\n\n" + plain_checks.source(kinds)).rstrip("\n") + "\n" if kinds else ""
+    helpers = ("\n\n" + plain_checks.source(kinds)).rstrip("\n") + "\n"
     return f'''"""Broken clause {p.clause} ({section}): {rule}.
 
 Found by the stateful tester on {stamp} against {where}; its shrunk program was:
@@ -324,7 +323,9 @@ fails while the bug is there and passes once it is fixed. It needs pytest, httpx
 module providing the CONTRACT §6 helpers and fixtures ({conftest}).
 """
 
-{future}import json
+from __future__ import annotations
+
+import json
 {imports}import time
 {typing}
 import httpx
@@ -377,17 +378,14 @@ class Agent:
         return [[_parsed(outputs.get(i)) for i in cids] for cids in ids]
 
     def items(self, limit: int) -> list:
-        """Every item of the session, following the pages."""
-        items: list = []
-        params: dict = {{"order": "asc", "limit": limit}}
-        while True:
-            page = self.client.get(f"/v1/sessions/{{self.session_id}}/items", params=params)
-            assert page.status_code == 200, page.text
-            body = page.json()
-            items += body["data"]
-            if not body.get("has_more"):
-                return items
-            params["after"] = body["last_id"]
+        """Every item of the session, following the pages (walk_items: a walk that would never end fails)."""
+
+        def page(params: dict) -> Any:
+            reply = self.client.get(f"/v1/sessions/{{self.session_id}}/items", params=params)
+            assert reply.status_code == 200, reply.text
+            return reply.json()
+
+        return walk_items(page, limit)
 
     def check_pagination(self, message: str) -> None:
         whole = [i["id"] for i in self.items(1000)]

@@ -20,7 +20,7 @@ import subprocess
 from collections import Counter
 from typing import Any
 
-__all__ = ["NEEDS", "events_problem", "history_size", "leftovers", "source", "terminal_processes"]
+__all__ = ["NEEDS", "events_problem", "history_size", "leftovers", "source", "terminal_processes", "walk_items"]
 
 def events_problem(events: list[Any], launched: list[Any], ended: list[Any], base: list[Any]) -> str | None:
     """What breaks CONTRACT §2.4 in one session's ``resource_event`` items (in order), as
@@ -131,7 +131,37 @@ def history_size(socket: str) -> Any:
     return int(lines[0]) if len(lines) == 1 and lines[0].isdigit() else None
 
 
+def walk_items(fetch: Any, limit: int, max_pages: int = 10_000) -> list[Any]:
+    """Every item of a session, oldest first: ``fetch(params)`` returns one page of
+    ``GET /v1/sessions/{id}/items`` (its JSON), and the walk follows ``after=last_id`` while the page
+    says ``has_more`` (§2.7). The walk is bounded, so that a misbehaving server fails it with a message
+    naming the misbehaviour (an AssertionError) instead of holding it for ever: a page that says
+    ``has_more`` but holds no item or names no ``last_id``, a ``last_id`` already followed (the next
+    page would come round again), or ``has_more`` still said after ``max_pages`` pages."""
+    items: list[Any] = []
+    followed: set[Any] = set()
+    params: dict[str, Any] = {"order": "asc", "limit": limit}
+    for number in range(1, max_pages + 1):
+        body = fetch(params)
+        items += body["data"]
+        if not body.get("has_more"):
+            return items
+        where = f"items walk: page {number} (limit {limit}, after {params.get('after')!r}) says has_more"
+        last = body.get("last_id")
+        assert body["data"] and last is not None, (
+            f"{where} but {'holds no item' if not body['data'] else 'names no last_id'}: the server's pages "
+            "would never end (§2.7: following after=last_id while has_more yields every item once)")
+        assert last not in followed, (
+            f"{where} with last_id {last!r}, which the walk already followed: the server's pages go round in "
+            "a circle (§2.7: following after=last_id while has_more yields every item once)")
+        followed.add(last)
+        params["after"] = last
+    raise AssertionError(f"items walk: the server still says has_more after {max_pages} pages of {limit} items "
+                         f"({len(items)} items): the walk gives up")
+
+
 NEEDS: dict[str, tuple[str, ...]] = {
+    "walk": ("walk_items",),
     "events": ("events_problem",),
     "probe": ("_stat", "_tmux", "terminal_processes", "leftovers"),
     "rows": ("_tmux", "history_size"),

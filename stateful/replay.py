@@ -1,14 +1,16 @@
 """``python -m stateful replay DIR|FILE... [--server-url U --mock-llm-url M --runner-id R] [--prune]``.
 
 After a server's team fixed something they want one answer per repro: FIXED, STILL FAILING (and the
-clause), or ERROR (it could not run: a collection error, a server that cannot be reached). Each repro,
+clause), SKIPPED (a test of it was skipped, e.g. it needs the server's machine: what did not run is not
+fixed, and ``--prune`` keeps it), or ERROR (it could not run: a collection error, a server that cannot
+be reached). Each repro,
 of either kind (the machine's ``test_repro_<target>_<digest>.py`` or a plain
 ``test_<clause>_<digest>.py``), runs in its own pytest subprocess, so that one that breaks its
 interpreter or hangs cannot take the others with it, against the embedded stack (each run starts its
 own) or the server the options name. The subprocess loads only this package's plugins
 (``--noconftest -p stateful.e2e -p stateful.conftest``): a repro behaves the same wherever it lies,
 and the plain ones find ``tests.e2e.conftest`` on ``PYTHONPATH`` (this project's, or the caller's
-working directory's). Exit status 0 only if every repro is fixed; 2 for bad input.
+working directory's). Exit status 0 only if every repro is fixed (a skipped one is not); 2 for bad input.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pathlib import Path
 from stateful import workers
 from stateful.clauses import CLAUSES
 
-__all__ = ["Verdict", "collect", "run_repro", "main"]
+__all__ = ["Verdict", "collect", "not_run", "run_repro", "main"]
 
 ROOT = Path(__file__).resolve().parent.parent
 """The project root (it holds tests/e2e/conftest.py, which plain repros import)."""
@@ -35,6 +37,10 @@ REPRO = re.compile(r"^test_\w+_[0-9a-f]{10}\.py$")
 """A repro's file name, of either kind (the writers end it in a 10-digit hex digest)."""
 CLAUSE = re.compile(r"\b([a-z]+(?:\.[a-z-]+)+):")
 EXCEPTION = re.compile(r"^E\s+[\w.]*(Error|Exception|Timeout|Exit)\b")
+SUMMARY = re.compile(r"(\d+) (passed|failed|skipped|xfailed|xpassed|errors?)\b")
+"""The counts of pytest's last line (``1 passed, 2 skipped in 3.0s``)."""
+SKIP_REASON = re.compile(r"^SKIPPED \[\d+\] [^:]+:\d+: (.*)$", re.MULTILINE)
+"""A skip's reason as ``-rs`` shows it (``SKIPPED [1] test_x.py:7: needs tmux``)."""
 """pytest's line naming the exception (``E   SyntaxError: ...``)."""
 TIMEOUT = 900.0
 """Longest one repro may run (its process group is ended then)."""
@@ -45,9 +51,9 @@ EXIT_USAGE = 2
 class Verdict:
     path: Path
     status: str
-    """"FIXED" | "STILL FAILING" | "ERROR"."""
+    """"FIXED" | "STILL FAILING" | "SKIPPED" | "ERROR"."""
     detail: str = ""
-    """The clause (STILL FAILING) or what went wrong (ERROR), in one line."""
+    """The clause (STILL FAILING), what did not run and why (SKIPPED) or what went wrong (ERROR), in one line."""
     seconds: float = 0.0
 
     def line(self) -> str:
@@ -101,13 +107,25 @@ def _reason(output: str, code: int) -> str:
     return f"pytest exited {code}: {lines[-1][:300] if lines else 'no output'}"
 
 
+def not_run(output: str) -> str | None:
+    """What of a run that exited 0 did not run and pass (its tests skipped or expected to fail), in one
+    line with the first skip's reason; None if every test ran and passed."""
+    last = next((line for line in reversed(output.splitlines()) if SUMMARY.search(line)), "")
+    counts = {kind.rstrip("s") if kind.startswith("error") else kind: int(n) for n, kind in SUMMARY.findall(last)}
+    if not counts.get("skipped") and not counts.get("xfailed") and counts.get("passed", 0) + counts.get("xpassed", 0):
+        return None
+    shown = ", ".join(f"{n} {kind}" for kind, n in counts.items() if n) or "no test passed"
+    reason = SKIP_REASON.search(output)
+    return shown + (f" ({reason.group(1).strip()[:200]})" if reason else "")
+
+
 def run_repro(path: Path, server: Sequence[str] = (), *, env: Mapping[str, str] | None = None,
               timeout: float = TIMEOUT) -> Verdict:
     """Run one repro in its own pytest subprocess; its verdict."""
     child_env = dict(os.environ if env is None else env)
     extra = [str(ROOT), os.getcwd(), child_env.get("PYTHONPATH", "")]
     child_env["PYTHONPATH"] = os.pathsep.join(p for p in extra if p)
-    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--noconftest",
+    argv = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--noconftest",
             "-p", "stateful.e2e", "-p", "stateful.conftest", "--rootdir", str(path.parent.resolve()),
             str(path.resolve()), *server]
     started = time.monotonic()
@@ -126,7 +144,8 @@ def run_repro(path: Path, server: Sequence[str] = (), *, env: Mapping[str, str] 
         output = sink.read().decode(errors="replace")
     seconds = time.monotonic() - started
     if code == 0:
-        return Verdict(path, "FIXED", "", seconds)
+        skipped = not_run(output)
+        return Verdict(path, "FIXED", "", seconds) if skipped is None else Verdict(path, "SKIPPED", skipped, seconds)
     clause = clause_in(output) if code == 1 else None
     if clause is not None:
         return Verdict(path, "STILL FAILING", clause, seconds)
@@ -140,7 +159,7 @@ def build_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--server-url", help="an external contract server (with --mock-llm-url, --runner-id)")
     parser.add_argument("--mock-llm-url", help="the external server's mock LLM")
     parser.add_argument("--runner-id", help="the external server's runner id")
-    parser.add_argument("--prune", action="store_true", help="delete the repros that are fixed")
+    parser.add_argument("--prune", action="store_true", help="delete the repros that are fixed (never a skipped one)")
     parser.add_argument("--timeout", type=float, default=TIMEOUT, metavar="S",
                         help=f"seconds one repro may run (default {TIMEOUT:.0f})")
     return parser
@@ -170,13 +189,15 @@ def replay(args: argparse.Namespace) -> int:
         workers.restore_signals(previous)
     fixed = [v for v in verdicts if v.status == "FIXED"]
     failing = sum(v.status == "STILL FAILING" for v in verdicts)
+    skipped = sum(v.status == "SKIPPED" for v in verdicts)
     errors = sum(v.status == "ERROR" for v in verdicts)
     pruned = ""
     if args.prune:
         for v in fixed:
             v.path.unlink(missing_ok=True)
         pruned = f"; deleted the {len(fixed)} fixed" if fixed else "; nothing to delete"
-    print(f"replay: {len(verdicts)} repros: {len(fixed)} fixed, {failing} still failing, {errors} errors{pruned}")
+    print(f"replay: {len(verdicts)} repros: {len(fixed)} fixed, {failing} still failing, {skipped} skipped, "
+          f"{errors} errors{pruned}")
     return 0 if len(fixed) == len(verdicts) else 1
 
 

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from stateful.campaign.database import check_db, open_db, redacted
 from stateful.campaign.deviations import DeviationsError, load_deviations
 from stateful.campaign.gate import program_labels
 from stateful.campaign.options import duration
@@ -124,11 +125,34 @@ def test_a_bad_deviations_file_names_its_line(tmp_path: Path, text: str, line: i
     (["--budget", "soon"], "argument --budget: 'soon' is not a duration"),
     (["--workers", "0"], "argument --workers: 0 is not a positive integer"),
     (["--server-url", "http://127.0.0.1:9"], "--server-url, --mock-llm-url and --runner-id go together"),
+    (["--db", "http://cache.example/db"], "--db http://cache.example/db: unknown URL scheme 'http'"),
+    (["--db", "redis://:s3cret@127.0.0.1:1/0"], "--db redis://:***@127.0.0.1:1/0: Redis does not answer"),
+    (["--db", "unix:///nowhere/redis.sock?db=0&password=s3cret"],
+     "--db unix:///nowhere/redis.sock?db=0&password=***: Redis does not answer"),
 ])
 def test_a_usage_error_is_one_line_and_exit_2(run_root: Path, args: list[str], says: str) -> None:
     result, _ = campaign(run_root, *args, "--quiet")
     assert result.returncode == 2, result.stderr
     assert result.stdout == "" and result.stderr.count("\n") == 1 and says in result.stderr, result.stderr
+    assert "s3cret" not in result.stderr
+    assert not any((ROOT / f"{scheme}:").exists() for scheme in ("http", "redis", "unix"))  # no directory like the URL
+
+
+@pytest.mark.parametrize("spec, shown", [
+    ("redis://:s3cret@ci-redis:6379/0", "redis://:***@ci-redis:6379/0"),
+    ("rediss://nightly:s3cret@ci-redis:6380/1", "rediss://nightly:***@ci-redis:6380/1"),
+    ("unix:///run/redis.sock?db=2&password=s3cret", "unix:///run/redis.sock?db=2&password=***"),
+    ("redis://ci-redis:6379/0", "redis://ci-redis:6379/0"),
+    ("/some/dir", "/some/dir"),
+])
+def test_a_database_url_is_shown_without_its_password(spec: str, shown: str) -> None:
+    assert redacted(spec) == shown
+
+
+def test_a_redis_error_never_shows_the_password_even_percent_decoded() -> None:
+    problem = check_db("redis://:p%40ss@127.0.0.1:1/0") or ""
+    assert problem.startswith("--db redis://:***@127.0.0.1:1/0: Redis does not answer")
+    assert "p%40ss" not in problem and "p@ss" not in problem
 
 
 def test_a_bad_deviations_file_is_one_line_naming_it(run_root: Path, tmp_path: Path) -> None:
@@ -292,6 +316,29 @@ def redis_url(tmp_path: Path) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_a_redis_socket_and_a_password_go_through_the_redis_client(tmp_path: Path) -> None:
+    """``unix://`` is a Redis socket, not a directory named ``unix:``; a password is used, never shown."""
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("redis-server is not installed (apt-get install redis-server; .ci/run installs it)")
+    sock = tmp_path / "redis.sock"
+    proc = subprocess.Popen([server, "--port", "0", "--unixsocket", str(sock), "--requirepass", "s3cret",
+                             "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        spec = f"unix://{sock}?db=0&password=s3cret"
+        _poll(lambda: check_db(spec) is None, 10.0, "redis-server to answer on its socket")
+        database = open_db(spec)
+        database.save(b"key", b"value")
+        assert list(database.fetch(b"key")) == [b"value"]
+        wrong = check_db(f"unix://{sock}?db=0&password=wrong-s3cret") or ""
+        assert wrong.startswith(f"--db unix://{sock}?db=0&password=***: Redis does not answer") and "wrong" not in wrong
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert not (Path.cwd() / "unix:").exists() and not (tmp_path / "unix:").exists()
 
 
 RUN_CAMPAIGN = ("import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "

@@ -518,7 +518,7 @@ def test_replay_says_which_plain_repros_are_fixed(hunter: Hunter, tmp_path: Path
     fixed = tmp_path / written[off.fault].name
     assert any(line.startswith(f"STILL FAILING  {failing}: {on.clauses[0]} (") for line in lines), lines
     assert any(line.startswith(f"FIXED          {fixed} (") for line in lines), lines
-    assert lines[-1] == "replay: 2 repros: 1 fixed, 1 still failing, 0 errors; deleted the 1 fixed", lines
+    assert lines[-1] == "replay: 2 repros: 1 fixed, 1 still failing, 0 skipped, 0 errors; deleted the 1 fixed", lines
     assert failing.exists() and not fixed.exists()
 
 

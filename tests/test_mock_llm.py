@@ -206,14 +206,29 @@ def test_bad_configure_is_a_clear_400(mock: MockLLMServer, body: object) -> None
 
 
 def test_bad_responses_body_is_a_400(mock: MockLLMServer) -> None:
-    reply = httpx.post(f"{mock.url}/v1/responses", content=b"{not json")
+    declared = {"content-type": "application/json"}
+    reply = httpx.post(f"{mock.url}/v1/responses", content=b"{not json", headers=declared)
     assert reply.status_code == 400 and "JSON" in reply.json()["error"]["message"]
     reply = httpx.post(f"{mock.url}/v1/responses", json=[1, 2])
     assert reply.status_code == 400
-    reply = httpx.post(f"{mock.url}/v1/responses", content=b"[" * 100_000 + b"]" * 100_000)
+    reply = httpx.post(f"{mock.url}/v1/responses", content=b"[" * 100_000 + b"]" * 100_000, headers=declared)
     assert reply.status_code == 400
-    reply = httpx.post(f"{mock.url}/mock/configure", content=b"[" * 100_000)
+    reply = httpx.post(f"{mock.url}/mock/configure", content=b"[" * 100_000, headers=declared)
     assert reply.status_code == 400
+
+
+@pytest.mark.parametrize("path", ["/v1/responses", "/mock/configure", "/mock/set_fallback"])
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded"])
+def test_a_json_body_must_be_declared_json(mock: MockLLMServer, path: str, content_type: str | None) -> None:
+    """A web page may POST these content types to loopback without asking: they would script the model."""
+    body = json.dumps({"key": "k", "responses": [{"text": "planted"}], "text": "planted", "model": "k"}).encode()
+    reply = httpx.post(f"{mock.url}{path}", content=body, headers={} if content_type is None else {"content-type": content_type})
+    assert reply.status_code == 415, reply.text
+    error = reply.json()["error"]
+    assert "Content-Type: application/json" in (error["message"] if isinstance(error, dict) else error)
+    assert mock.state.requests() == []  # no model call was taken
+    answer = httpx.post(f"{mock.url}/v1/responses", json={"model": "k", "input": "hi"}).json()
+    assert "planted" not in json.dumps(answer)  # nothing was queued, no fallback set
 
 
 def test_state_is_thread_safe() -> None:

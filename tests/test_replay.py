@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from stateful.replay import Verdict, clause_in, collect, main, run_repro
+from stateful.replay import Verdict, clause_in, collect, main, not_run, run_repro
 
 
 def test_collect_takes_files_as_given_and_the_repros_of_a_directory(tmp_path: Path) -> None:
@@ -63,3 +63,29 @@ def test_a_verdict_is_one_line() -> None:
     line = Verdict(Path("r/test_x_0123456789.py"), "STILL FAILING", "items.pagination", 3.25).line()
     assert line == "STILL FAILING  r/test_x_0123456789.py: items.pagination (3.2 s)"
     assert sys.executable  # the subprocesses run this interpreter
+
+
+@pytest.mark.parametrize(("summary", "said"), [
+    ("1 passed in 0.5s", None),
+    ("2 passed, 1 xpassed in 0.5s", None),
+    ("SKIPPED [1] test_x_0123456789.py:4: needs the server's machine\n1 skipped in 0.1s",
+     "1 skipped (needs the server's machine)"),
+    ("1 passed, 1 skipped in 0.5s", "1 passed, 1 skipped"),
+    ("1 xfailed in 0.5s", "1 xfailed"),
+])
+def test_a_run_that_exited_0_is_fixed_only_if_every_test_ran_and_passed(summary: str, said: str | None) -> None:
+    assert not_run(f".s\n{summary}\n") == said
+
+
+def test_a_repro_whose_tests_all_skip_is_skipped_never_fixed_nor_pruned(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    skipping = tmp_path / "test_view_terminals_0123456789.py"
+    skipping.write_text("import pytest\n\n\ndef test_x() -> None:\n    pytest.skip('needs the server machine')\n")
+    fixed = tmp_path / "test_items_pagination_0123456789.py"
+    fixed.write_text("def test_x() -> None:\n    assert True\n")
+    assert main([str(tmp_path), "--prune"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"FIXED          {fixed}")
+    assert lines[1].startswith(f"SKIPPED        {skipping}: 1 skipped (needs the server machine)")
+    assert lines[-1] == "replay: 2 repros: 1 fixed, 0 still failing, 1 skipped, 0 errors; deleted the 1 fixed"
+    assert skipping.exists() and not fixed.exists()

@@ -50,8 +50,12 @@ class FakeRegistry:
         self.on_event = on_event
         self.closed_sessions: list[str] = []
         self.shut_down = False
+        self.broken: set[str] = set()
+        """Sessions whose listing fails with an unexpected exception (a bug inside the server)."""
 
     def list(self, session_id: str) -> list[Any]:
+        if session_id in self.broken:
+            raise RuntimeError(f"internal detail of {session_id}: /secret/path")
         return []
 
     def close_session(self, session_id: str) -> int:
@@ -400,6 +404,7 @@ def test_bad_bundles_are_rejected_clearly(client: httpx.Client, bundle: bytes) -
         ({"content": b"\xff\xfe{}", "headers": {"content-type": "application/json"}}, 400),
         ({"content": b"null", "headers": {"content-type": "application/json"}}, 400),
         ({"content": b"{}", "headers": {"content-type": "text/plain"}}, 415),
+        ({"content": b'{"agent_id": "agent_unknown"}'}, 415),  # JSON, but not declared JSON: a web form could send it
         ({"data": {"metadata": "[" * 50_000}, "files": {"bundle": ("b", targz({"x.yaml": GOOD_YAML}))}}, 400),
         ({"json": ["agent_id"]}, 400),
         ({"json": {"agent_id": 5}}, 400),
@@ -487,6 +492,53 @@ def test_bad_runner_binding(client: httpx.Client, idle_session: str, body: Any) 
     assert reply.status_code in (400, 404) and isinstance(reply.json()["error"], str)
 
 
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded", "multipart/form-data"])
+def test_json_routes_take_only_a_body_declared_json(client: httpx.Client, idle_session: str,
+                                                    content_type: str | None) -> None:
+    """A web page may send any of these to a loopback server without asking (a "simple" request)."""
+    headers = {} if content_type is None else {"content-type": content_type}
+    for method, path, body in [("POST", f"/v1/sessions/{idle_session}/events", {"type": "interrupt"}),
+                               ("PATCH", f"/v1/sessions/{idle_session}", {"runner_id": "r"})]:
+        reply = client.request(method, path, content=json.dumps(body).encode(), headers=headers)
+        assert reply.status_code == 415, reply.text
+        assert "Content-Type: application/json" in reply.json()["error"]
+    declared = client.post(f"/v1/sessions/{idle_session}/events", json={"type": "interrupt"},
+                           headers={"content-type": "Application/JSON; charset=utf-8"})
+    assert declared.status_code == 202, declared.text
+
+
+def test_a_loopback_server_answers_only_to_loopback_names(stack: EmbeddedStack) -> None:
+    """DNS rebinding: a page of evil.example whose name resolves to 127.0.0.1 sends its own Host."""
+    for url in (stack.server_url, stack.mock_llm_url):
+        port = httpx.URL(url).port
+        for host in (f"evil.example:{port}", "evil.example", f"127.0.0.1:{port + 1}", "127.0.0.1", ""):
+            reply = httpx.get(f"{url}/health", headers={"Host": host})
+            assert reply.status_code == 403, (url, host)
+            assert "DNS rebinding" in reply.json()["error"]
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"[::1]:{port}", f"LocalHost:{port}"):
+            assert httpx.get(f"{url}/health", headers={"Host": host}).status_code == 200, (url, host)
+
+
+def test_a_server_bound_to_another_loopback_address_answers_to_it() -> None:
+    with EmbeddedStack(host="127.0.0.2", backend=fake_backend) as other:
+        assert other.server_url.startswith("http://127.0.0.2:")
+        assert httpx.get(f"{other.server_url}/health").status_code == 200
+        assert httpx.get(f"{other.server_url}/health", headers={"Host": "evil.example"}).status_code == 403
+
+
+def test_an_unexpected_error_is_logged_and_answered_without_its_details(
+    stack: EmbeddedStack, client: httpx.Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    session_id = new_session(client, stack, unique_name("m"))
+    stack.registry.broken.add(session_id)
+    with caplog.at_level("ERROR", logger="stateful.reference.server"):
+        reply = client.get(f"/v1/sessions/{session_id}/resources/terminals")
+    assert reply.status_code == 500
+    assert reply.json() == {"error": "internal error (the server logged it)"}
+    logged = [r for r in caplog.records if r.name == "stateful.reference.server"]
+    assert logged and logged[0].exc_info is not None and "/secret/path" in str(logged[0].exc_info[1])
+
+
 def test_wrong_method_is_a_json_405(client: httpx.Client) -> None:
     reply = client.put("/v1/sessions")
     assert reply.status_code == 405 and reply.json()["error"]
@@ -510,8 +562,8 @@ def test_non_loopback_bind_requires_a_token() -> None:
 
 
 # -- python -m stateful serve ----------------------------------------------------------------------------
-def _serve(*args: str, tmpdir: str | None = None) -> subprocess.Popen[str]:
-    env = {**os.environ, **({"TMPDIR": tmpdir} if tmpdir else {})}
+def _serve(*args: str, tmpdir: str | None = None, env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
+    env = {**os.environ, **({"TMPDIR": tmpdir} if tmpdir else {}), **(env or {})}
     return subprocess.Popen(
         [sys.executable, "-m", "stateful", "serve", *args],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
@@ -543,6 +595,24 @@ def test_serve_prints_one_line_and_stops_on_sigterm() -> None:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
         assert process.stdout.read() == ""
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_serve_takes_its_token_from_the_environment_out_of_the_process_list() -> None:
+    process = _serve(env={"STATEFUL_SERVER_TOKEN": "s3cret-from-env"})
+    try:
+        assert process.stdout is not None
+        info = json.loads(process.stdout.readline())
+        with open(f"/proc/{process.pid}/cmdline", "rb") as handle:
+            assert b"s3cret" not in handle.read()
+        url = f"{info['server_url']}/v1/runners/{info['runner_id']}/status"
+        assert httpx.get(url).status_code == 401
+        assert httpx.get(url, headers={"Authorization": "Bearer s3cret-from-env"}).json()["online"] is True
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
     finally:
         if process.poll() is None:
             process.kill()

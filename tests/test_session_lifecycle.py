@@ -11,15 +11,19 @@ the DELETEs run at the same time and each one's failure reaches the teardown.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
 import pytest
 
+from stateful import machine as machine_module
 from stateful.clauses import ContractViolation
+from stateful.machine import TerminalMachine
 from stateful.model import EventView
 from stateful.reference.stack import EmbeddedStack
-from stateful.targets.base import AgentSession, ServerError, Step
+from stateful.targets.base import AgentSession, ServerError, Step, TargetError
 from stateful.targets.sessions import SessionsTarget
 
 
@@ -111,3 +115,35 @@ def test_a_programs_sessions_are_deleted_at_once_and_each_failure_is_returned() 
         assert failures == [None, violation, refused]
     finally:
         target.close()
+
+
+def teardown_after(deleted: Sequence[Exception | None], monkeypatch: pytest.MonkeyPatch, *, busy: bool = False) -> None:
+    """The machine's teardown after a program whose sessions' DELETEs ended as ``deleted`` says."""
+    monkeypatch.setattr(machine_module, "event", lambda _: None)  # (outside a Hypothesis test)
+    machine = TerminalMachine.__new__(TerminalMachine)  # only what teardown reads
+    machine.target = SimpleNamespace(delete_sessions=lambda sessions: list(deleted))  # type: ignore[misc]
+    machine.world = SimpleNamespace(live=[SimpleNamespace(index=i, session=None) for i in range(len(deleted))],
+                                    busy=busy)
+    machine.rules_run = 0
+    machine.teardown()
+
+
+def test_a_delete_error_that_is_neither_a_violation_nor_the_targets_is_reported_as_it_is(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    odd = KeyError("last_id")
+    with pytest.raises(KeyError) as raised:
+        teardown_after([None, odd], monkeypatch)
+    assert raised.value is odd
+    assert raised.value.__notes__ == ["raised by the teardown's DELETEs: deleting agent 1: KeyError: 'last_id'"]
+
+
+def test_a_teardown_reports_every_delete_error_beside_the_one_it_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(TargetError) as target:
+        teardown_after([ValueError("not JSON"), ServerError("DELETE", "/v1/sessions/s", 502, "bad gateway")], monkeypatch)
+    assert "deleting agent 0: ValueError: not JSON; deleting agent 1: ServerError: " in str(target.value)
+    lost = ContractViolation("items.pagination: lost an item")
+    with pytest.raises(ContractViolation) as violation:
+        teardown_after([OSError("reset"), lost], monkeypatch)
+    assert violation.value is lost
+    assert violation.value.__notes__ == ["the teardown's other DELETEs failed too: deleting agent 0: OSError: reset"]
+

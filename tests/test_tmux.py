@@ -5,19 +5,22 @@ from __future__ import annotations
 import os
 import signal
 import stat
+import re
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import libtmux.common
 import pytest
 
+from stateful.reference import tmux
 from stateful.reference.tmux import (
     ProcessRef,
     TmuxError,
     TmuxServer,
     TmuxServerGone,
+    TmuxTimeout,
     _text_chunks,
     session_members,
     tmux_argument,
@@ -165,13 +168,13 @@ def test_every_tmux_command_names_the_private_socket_and_no_config(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[list[str]] = []
-    real = libtmux.common.subprocess.Popen
+    real = subprocess.Popen
 
     def spy(cmd: list[str], *args: Any, **kwargs: Any) -> Any:
         seen.append(list(cmd))
         return real(cmd, *args, **kwargs)
 
-    monkeypatch.setattr(libtmux.common.subprocess, "Popen", spy)
+    monkeypatch.setattr(subprocess, "Popen", spy)
     server = TmuxServer()
     try:
         server.start(["cat"], cwd=str(tmp_path))
@@ -197,6 +200,62 @@ def test_tmux_errors_are_raised_not_hidden(start: Starter) -> None:
         server.capture()
     with pytest.raises(TmuxServerGone):
         server.send("x")
+
+
+def test_a_hung_tmux_server_is_a_timeout_naming_it_and_its_client_is_killed(
+    start: Starter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = start("exec sleep 1000")
+    assert server.server is not None
+    clients: list[subprocess.Popen[str]] = []
+    real = subprocess.Popen
+
+    def spy(cmd: list[str], *args: Any, **kwargs: Any) -> Any:
+        clients.append(real(cmd, *args, **kwargs))
+        return clients[-1]
+
+    monkeypatch.setattr(tmux, "TMUX_TIMEOUT", 1.0)
+    monkeypatch.setattr(subprocess, "Popen", spy)
+    os.kill(server.server.pid, signal.SIGSTOP)  # the server stops answering: its clients wait
+    try:
+        started = time.monotonic()
+        with pytest.raises(TmuxTimeout, match=rf"tmux display-message did not answer within 1 s: "
+                                              rf"the tmux server at {re.escape(server.socket_path)} hangs"):
+            server.run("display-message", "-p", "x")
+        assert time.monotonic() - started < 10
+        with pytest.raises(TmuxTimeout, match="tmux capture-pane did not answer"):
+            server.capture()
+    finally:
+        os.kill(server.server.pid, signal.SIGCONT)
+    assert [client.returncode for client in clients] == [-signal.SIGKILL, -signal.SIGKILL]  # killed, reaped
+    assert server.capture().count("\n") == 24  # the server answers again once it runs
+
+
+def test_destroy_ends_a_hung_tmux_server(start: Starter, monkeypatch: pytest.MonkeyPatch,
+                                         terminal_pids: Callable[[str], list[int]]) -> None:
+    server = start("exec sleep 1000")
+    assert server.server is not None
+    monkeypatch.setattr(tmux, "TMUX_TIMEOUT", 1.0)
+    os.kill(server.server.pid, signal.SIGSTOP)
+    server.destroy()  # kill-server times out; the server is then killed by its (pid, start time)
+    assert terminal_pids(server.socket_path) == []
+    assert not server.server.alive()
+
+
+def test_destroy_finds_a_hung_server_whose_pids_it_never_learnt(
+        start: Starter, monkeypatch: pytest.MonkeyPatch, terminal_pids: Callable[[str], list[int]]) -> None:
+    """A start that timed out leaves a server that never said its pids: /proc names it by our socket."""
+    server = start("exec sleep 1000")
+    assert server.server is not None and server.pane is not None
+    hung, pane = server.server, server.pane
+    monkeypatch.setattr(tmux, "TMUX_TIMEOUT", 1.0)
+    os.kill(hung.pid, signal.SIGSTOP)
+    server.server = server.pane = None
+    started = time.monotonic()
+    server.destroy()
+    assert time.monotonic() - started < 15  # one timed-out list-panes, no kill-server to wait for
+    assert not hung.alive() and not pane.alive()
+    assert terminal_pids(server.socket_path) == []
 
 
 def test_start_does_not_expand_or_split_the_command_and_directory(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -12,9 +14,12 @@ from typing import Any
 
 import pytest
 
+from stateful.reference import tmux
 from stateful.reference.registry import ResourceEvent, TerminalRegistry
 from stateful.reference.spec import TerminalSpec
+from stateful.reference.tmux import TmuxTimeout
 from stateful.reference.tools import TOOL_SCHEMAS, TOOLS, ToolContext, call_tool
+from stateful.targets.probe import Probe
 
 Call = Callable[..., Any]
 Eventually = Callable[..., Any]
@@ -428,3 +433,26 @@ def test_override_refusals_come_in_omnigents_order(call: Call, tool_context: Too
     assert call("sys_terminal_launch", pair(cwd=5, sandbox="none"), context=both) == {
         "error": "'cwd' must be a string if provided"
     }
+
+
+def test_a_hung_tmux_server_gives_an_error_and_frees_the_pair(
+    call: Call, eventually: Eventually, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    socket = call("sys_terminal_launch", pair())["tmux_socket"]
+    server = Probe().view(socket).server
+    assert server is not None
+    monkeypatch.setattr(tmux, "TMUX_TIMEOUT", 1.0)
+    os.kill(server.pid, signal.SIGSTOP)
+    try:
+        hung = f"tmux capture-pane did not answer within 1 s: the tmux server at {socket} hangs"
+        for _ in range(2):  # the second call is not held by the first one's lock on the pair
+            started = time.monotonic()
+            assert call("sys_terminal_read", pair())["error"].startswith(f"read failed: {hung}")
+            assert time.monotonic() - started < 10
+        with pytest.raises(TmuxTimeout, match="tmux list-panes did not answer within 1 s"):
+            Probe().view(socket)
+        assert Probe().capture(socket).startswith("<capture failed: tmux capture-pane did not answer")
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+    call("sys_terminal_send", pair(text="echo back-$((40+2))"))
+    read_until(call, "back-42", eventually)

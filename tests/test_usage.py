@@ -175,7 +175,7 @@ def test_dev_replay_runs_a_repro_inside_or_outside_the_project(tmp_path: Path, w
             folder.rmdir()
     assert result.returncode == 0, result.stdout + result.stderr
     assert said(result)[0].startswith(f"FIXED          {repro} (")
-    assert said(result)[-1] == "replay: 1 repros: 1 fixed, 0 still failing, 0 errors"
+    assert said(result)[-1] == "replay: 1 repros: 1 fixed, 0 still failing, 0 skipped, 0 errors"
 
 
 def test_dev_replay_without_a_file_says_so() -> None:

@@ -1,38 +1,94 @@
 """``--db``: the Hypothesis example database every worker of a campaign shares.
 
 A directory (default: the project's ``.hypothesis/examples``, where ``pytest stateful/`` keeps its
-failures too) serves the workers of one machine; ``redis://host:port/n`` is Hypothesis's
-``RedisExampleDatabase`` (``hypothesis[redis]``), shared across machines, e.g. by a nightly CI job
-that writes and developers who read it (docs/campaigns.md).
+failures too) serves the workers of one machine; a Redis URL is Hypothesis's ``RedisExampleDatabase``
+(``hypothesis[redis]``), shared across machines, e.g. by a nightly CI job that writes and developers
+who read it (docs/campaigns.md). The Redis client reads every URL form it knows: ``redis://`` (TCP),
+``rediss://`` (TLS) and ``unix://`` (a socket path). Any other ``scheme://`` is a usage error, never
+a directory named like the URL.
+
+A Redis URL may carry a password (``redis://:secret@host``, ``unix:///s.sock?password=secret``): every
+message that shows the URL shows it through :func:`redacted`.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from urllib.parse import urlparse
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
-__all__ = ["DEFAULT_DB", "check_db", "open_db"]
+__all__ = ["DEFAULT_DB", "REDIS_SCHEMES", "check_db", "open_db", "redacted"]
 
 DEFAULT_DB = str(Path(__file__).resolve().parents[2] / ".hypothesis" / "examples")
+
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+"""The URL schemes the Redis client connects by (TCP, TLS, a Unix socket)."""
+
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+HIDDEN = "***"
+
+
+def _scheme(spec: str) -> str | None:
+    """The URL scheme of ``spec`` (lower case), or None for a directory path."""
+    match = _URL.match(spec)
+    return match.group(1).lower() if match else None
+
+
+def _secrets(spec: str) -> list[str]:
+    """The passwords a Redis URL carries (in its authority or as a ``password`` query parameter)."""
+    parts = urlsplit(spec)
+    found = [parts.password] if parts.password else []
+    return found + [value for key, value in parse_qsl(parts.query) if key == "password" and value]
+
+
+def redacted(spec: str) -> str:
+    """``spec`` fit to print: a URL's passwords replaced by ``***`` (a path is returned as it is)."""
+    if _scheme(spec) is None:
+        return spec
+    parts = urlsplit(spec)
+    netloc = parts.netloc
+    if parts.password:
+        user, _, host = netloc.rpartition("@")
+        netloc = f"{user.partition(':')[0]}:{HIDDEN}@{host}"
+    query = urlencode([(k, HIDDEN if k == "password" else v) for k, v in parse_qsl(parts.query, keep_blank_values=True)],
+                      safe="*")
+    return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "") + (
+        f"#{parts.fragment}" if parts.fragment else "")
+
+
+def _hidden(text: str, spec: str) -> str:
+    """``text`` (e.g. a client's error) with the URL's passwords replaced by ``***`` (as written in
+    the URL, and percent-decoded as the client uses them)."""
+    for secret in _secrets(spec):
+        for form in {secret, unquote(secret)}:
+            text = text.replace(form, HIDDEN)
+    return text
 
 
 def check_db(spec: str) -> str | None:
     """None if ``spec`` names a usable database, else one line saying why not (a usage error)."""
-    if not spec.startswith("redis://"):
+    scheme = _scheme(spec)
+    if scheme is None:
         return None
-    parsed = urlparse(spec)
-    if not parsed.hostname:
-        return f"--db {spec!r}: a Redis database is redis://host:port/n"
+    shown = redacted(spec)
+    if scheme not in REDIS_SCHEMES:
+        return (f"--db {shown}: unknown URL scheme {scheme!r}: give a directory or a Redis URL "
+                "(redis://host:port/n, rediss://host:port/n, unix:///path/to/redis.sock?db=n)")
+    parts = urlsplit(spec)
+    if scheme == "unix" and not parts.path:
+        return f"--db {shown}: a Redis socket is unix:///path/to/redis.sock?db=n"
+    if scheme != "unix" and not parts.hostname:
+        return f"--db {shown}: a Redis database is {scheme}://host:port/n"
     try:
         import redis  # noqa: F401
     except ImportError:
-        return "--db redis://...: the redis client is not installed (pip install 'hypothesis[redis]')"
+        return f"--db {scheme}://...: the redis client is not installed (pip install 'hypothesis[redis]')"
     try:
         _redis(spec).ping()
     except Exception as exc:  # the client raises its own ConnectionError, TimeoutError, ResponseError...
-        return f"--db {spec}: Redis does not answer: {exc}"
+        return _hidden(f"--db {shown}: Redis does not answer: {exc}", spec)
     return None
 
 
@@ -43,8 +99,8 @@ def _redis(spec: str) -> object:
 
 
 def open_db(spec: str) -> ExampleDatabase:
-    """The database ``spec`` names: ``redis://host:port/n`` or a directory."""
-    if spec.startswith("redis://"):
+    """The database ``spec`` names: a Redis URL (:data:`REDIS_SCHEMES`) or a directory."""
+    if _scheme(spec) in REDIS_SCHEMES:
         from hypothesis.extra.redis import RedisExampleDatabase
 
         return RedisExampleDatabase(_redis(spec))  # type: ignore[arg-type]

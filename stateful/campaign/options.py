@@ -55,7 +55,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
                    help="a TOML file of known deviations ([[deviation]] clause, why, server, version)")
     p.add_argument("--report", type=Path, metavar="DIR", help="write report.json, report.md and junit.xml there")
     p.add_argument("--db", default=DEFAULT_DB, metavar="PATH|redis://host:port/n",
-                   help="the Hypothesis example database the workers share (default .hypothesis/examples)")
+                   help="the Hypothesis example database the workers share (default .hypothesis/examples); "
+                        "also rediss://host:port/n and unix:///path.sock?db=n")
     p.add_argument("--step-timeout", type=seconds, metavar="S", help="seconds before a step is a hang")
     p.add_argument("--poll-deadline", type=seconds, metavar="S", help="seconds to wait for an eventual property")
     p.add_argument("--steps", type=positive_int, metavar="N", help="steps per program (default: the campaign profile's)")

@@ -30,6 +30,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from stateful.reference.guards import is_json
+
 DEFAULT_KEY = "default"
 DEFAULT_TEXT = "Mock LLM response"
 MAX_BODY_BYTES = 32 * 1024 * 1024
@@ -40,7 +42,12 @@ a long session would otherwise grow the record quadratically."""
 
 
 class ConfigError(ValueError):
-    """A ``/mock/configure`` body that cannot be queued; the message says which entry is wrong."""
+    """A ``/mock/configure`` body that cannot be queued; the message says which entry is wrong.
+    ``status``: the HTTP status that answers it (415 for a body that is not declared JSON)."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -381,7 +388,12 @@ def _plain_error(message: str, status: int = 400) -> JSONResponse:
 async def _json_body(request: Request) -> Any:
     """The request's JSON body, or a :class:`ConfigError` that says why it is not usable.
 
-    The raw size is left in ``request.state.body_size`` (the request record's budget counts it)."""
+    The raw size is left in ``request.state.body_size`` (the request record's budget counts it). A body
+    not declared ``Content-Type: application/json`` is refused (a web page's form could send it)."""
+    if not is_json(request.headers.get("content-type")):
+        declared = request.headers.get("content-type")
+        raise ConfigError(f"{request.url.path} takes a JSON body with Content-Type: application/json "
+                          f"(got {declared or 'no Content-Type'})", 415)
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
         raise ConfigError(f"request body larger than {MAX_BODY_BYTES} bytes")
@@ -410,7 +422,7 @@ def create_mock_llm_app(state: MockState | None = None) -> Starlette:
         try:
             body = await _json_body(request)
         except ConfigError as exc:
-            return _api_error(str(exc), 400)
+            return _api_error(str(exc), exc.status)
         if not isinstance(body, dict):
             return _api_error("the request body must be a JSON object", 400)
         key, entry = mock.take(body, request.state.body_size)
@@ -448,14 +460,14 @@ def create_mock_llm_app(state: MockState | None = None) -> Starlette:
                 raise ConfigError("'responses' must be a list")
             count = mock.configure(key, entries, match)
         except ConfigError as exc:
-            return _plain_error(str(exc))
+            return _plain_error(str(exc), exc.status)
         return JSONResponse({"configured": True, "key": key, "count": count})
 
     async def set_fallback(request: Request) -> Response:
         try:
             body = await _json_body(request)
         except ConfigError as exc:
-            return _plain_error(str(exc))
+            return _plain_error(str(exc), exc.status)
         if not isinstance(body, dict):
             return _plain_error("the body must be a JSON object")
         key, text = body.get("key", DEFAULT_KEY), body.get("text")

@@ -6,7 +6,11 @@ the state itself lives in :class:`~stateful.reference.sessions.SessionService`.
 
 Calls that may block (closing terminals, listing them through the registry) run in the thread pool,
 never on the event loop. ``Origin`` is accepted and ignored. When a token is configured (a non-loopback
-bind requires one), every route but ``GET /health`` needs ``Authorization: Bearer <token>``.
+bind requires one), every route but ``GET /health`` needs ``Authorization: Bearer <token>``. On
+loopback, a request must name the server by a loopback ``Host``, and JSON routes take only
+``Content-Type: application/json`` (415 otherwise): no web page can drive it
+(:mod:`stateful.reference.guards`). An unexpected exception is logged whole and answered with a
+generic 500: its text is the server's business, not the client's.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -27,7 +32,10 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from stateful.reference.bundle import BundleError, parse_bundle
+from stateful.reference.guards import LoopbackHostOnly, is_json
 from stateful.reference.sessions import Invalid, NotFound, SessionService
+
+logger = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_ITEMS_LIMIT = 1000
@@ -65,6 +73,11 @@ async def read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
 
 
 async def json_object(request: Request) -> dict[str, Any]:
+    """The request's JSON object body; 415 unless it is declared ``application/json``."""
+    if not is_json(request.headers.get("content-type")):
+        declared = request.headers.get("content-type")
+        raise BadRequest(f"{request.method} {request.url.path} takes a JSON body with Content-Type: application/json "
+                         f"(got {declared or 'no Content-Type'})", 415)
     body = await read_body(request)
     try:
         value = json.loads(body)
@@ -174,9 +187,12 @@ class Delayed:
         await self.app(scope, receive, send)
 
 
-def create_sessions_app(service: SessionService, *, token: str | None = None, latency: float = 0.0) -> ASGIApp:
-    """The sessions API over ``service``; wrapped in :class:`BearerAuth` when ``token`` is set, and
-    in :class:`Delayed` when ``latency`` (seconds added to every response) is positive."""
+def create_sessions_app(
+    service: SessionService, *, token: str | None = None, latency: float = 0.0, loopback: bool = True
+) -> ASGIApp:
+    """The sessions API over ``service``; wrapped in :class:`BearerAuth` when ``token`` is set, in
+    :class:`~stateful.reference.guards.LoopbackHostOnly` when it is served on ``loopback``, and in
+    :class:`Delayed` when ``latency`` (seconds added to every response) is positive."""
 
     async def health(_: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -185,7 +201,7 @@ def create_sessions_app(service: SessionService, *, token: str | None = None, la
         content_type = request.headers.get("content-type", "").lower()
         if content_type.startswith("multipart/form-data"):
             return await register(request)
-        if content_type.startswith("application/json") or not content_type:
+        if is_json(content_type):
             body = await json_object(request)
             session = service.create_session(_string_field(body, "agent_id"))
             return JSONResponse(session.summary(), 201)
@@ -300,7 +316,8 @@ def create_sessions_app(service: SessionService, *, token: str | None = None, la
         return error(str(exc.detail), exc.status_code)
 
     async def internal_error(request: Request, exc: Exception) -> Response:
-        return error(f"internal error: {exc!r}", 500)
+        logger.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        return error("internal error (the server logged it)", 500)
 
     def route(path: str, handler: Handler, methods: list[str]) -> Route:
         return Route(path, _guarded(handler), methods=methods)
@@ -322,4 +339,5 @@ def create_sessions_app(service: SessionService, *, token: str | None = None, la
     )
     app.state.service = service
     guarded: ASGIApp = BearerAuth(app, token) if token else app
+    guarded = LoopbackHostOnly(guarded) if loopback else guarded
     return Delayed(guarded, latency) if latency > 0 else guarded

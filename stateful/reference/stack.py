@@ -21,6 +21,7 @@ from typing import Any
 import uvicorn
 
 from stateful.reference.agent import LoopSettings
+from stateful.reference.guards import LoopbackHostOnly
 from stateful.reference.mock_llm import MockState, create_mock_llm_app
 from stateful.reference.server import create_sessions_app
 from stateful.reference.sessions import SessionService, ToolBinder
@@ -111,7 +112,8 @@ class MockLLMServer:
 
     def __init__(self, *, port: int = 0) -> None:
         self.state = MockState()
-        self._server = BackgroundServer(create_mock_llm_app(self.state), port=port, name="mock-llm")
+        # Always on loopback: only loopback names reach it (stateful.reference.guards).
+        self._server = BackgroundServer(LoopbackHostOnly(create_mock_llm_app(self.state)), port=port, name="mock-llm")
         self.url = self._server.url
 
     def __enter__(self) -> MockLLMServer:
@@ -228,7 +230,8 @@ class EmbeddedStack:
                 runner_id=self.runner_id,
                 settings=self._settings,
             )
-            app = create_sessions_app(self.service, token=self._token, latency=self._latency)
+            app = create_sessions_app(self.service, token=self._token, latency=self._latency,
+                                      loopback=is_loopback(self._host))
             self._server = BackgroundServer(app, host=self._host, port=self._port, name="sessions")
             self._server.start()
             self.server_url = self._server.url

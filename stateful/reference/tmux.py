@@ -4,9 +4,12 @@ Why a private server per terminal: a terminal's whole life (its socket, its serv
 process in the pane's session) can then be torn down without touching anything else, and the user's
 default tmux server is never involved: every command carries ``-S <private socket> -f /dev/null``.
 
-Commands go through libtmux's ``Server.cmd``, but libtmux does not check tmux's exit status or stderr
-(a send to a vanished pane "succeeds", a capture of one returns ``[]``), so :meth:`TmuxServer.run`
-checks both on every command and raises :class:`TmuxError` (or :class:`TmuxServerGone`).
+Commands go through :func:`run_tmux`, which bounds every invocation by :data:`TMUX_TIMEOUT`: a tmux
+server that stops answering (stopped, wedged, its socket held) would otherwise hold the caller, and
+with it the registry's lock on the pair, for ever. An expired command's client is killed and reaped
+and the caller gets :class:`TmuxTimeout`. :meth:`TmuxServer.run` also checks tmux's exit status and
+stderr on every command (a send to a vanished pane must not "succeed") and raises :class:`TmuxError`
+(or :class:`TmuxServerGone`).
 
 Three tmux quirks shape the code below:
 
@@ -33,6 +36,7 @@ import re
 import shutil
 import signal
 import struct
+import subprocess
 import tempfile
 import termios
 import threading
@@ -41,8 +45,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import libtmux
-
 from stateful.reference import faults
 
 __all__ = [
@@ -50,7 +52,10 @@ __all__ = [
     "TmuxError",
     "TmuxServer",
     "TmuxServerGone",
+    "TmuxTimeout",
+    "TMUX_TIMEOUT",
     "read_stat",
+    "run_tmux",
     "session_members",
     "tmux_argument",
 ]
@@ -71,6 +76,10 @@ _MAX_HISTORY = 2**31 - 1
 
 _INVOCATION_BYTES = 8192
 """Typed bytes per tmux invocation: tmux refuses a command line over 16 KiB ("command too long")."""
+
+TMUX_TIMEOUT = 30.0
+"""Seconds one tmux invocation may take. A healthy one takes milliseconds, a few seconds on a machine
+that is very busy; past this the server is taken as hung (the client is killed, :class:`TmuxTimeout`)."""
 
 _GONE_MARKERS = (
     "no server running",
@@ -116,6 +125,53 @@ class TmuxError(RuntimeError):
 
 class TmuxServerGone(TmuxError):
     """The private server, or its only pane, no longer exists."""
+
+
+class TmuxTimeout(TmuxError):
+    """A tmux command did not finish within its timeout: its server hangs (the client was killed)."""
+
+
+@dataclass(frozen=True)
+class TmuxAnswer:
+    """What one tmux invocation printed: stdout lines (trailing empty lines dropped), stderr lines."""
+
+    returncode: int
+    stdout: list[str]
+    stderr: list[str]
+
+
+def run_tmux(tmux_bin: str, socket_path: str, *args: str, timeout: float | None = None) -> TmuxAnswer:
+    """Run one tmux command line against the server at ``socket_path``, bounded in time.
+
+    Every invocation names the private socket and ``-f /dev/null`` (the user's server and config are
+    never involved) and reads nothing from stdin. Past ``timeout`` (default :data:`TMUX_TIMEOUT`) the
+    tmux client is killed and reaped, and :class:`TmuxTimeout` says which command hung on which server.
+    """
+    limit = TMUX_TIMEOUT if timeout is None else timeout
+    command = [tmux_bin, f"-S{socket_path}", "-f/dev/null", *args]
+    try:
+        done = subprocess.run(
+            command,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            encoding="utf-8",
+            errors="backslashreplace",
+            timeout=limit,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise TmuxTimeout(
+            f"tmux {args[0] if args else ''} did not answer within {limit:g} s: the tmux server at "
+            f"{socket_path} hangs (the tmux client was killed)",
+            command=args,
+        ) from None
+    except OSError as exc:
+        raise TmuxError(f"tmux could not be run: {exc}", command=args) from exc
+    stdout = done.stdout.split("\n")
+    while stdout and stdout[-1] == "":
+        stdout.pop()
+    return TmuxAnswer(done.returncode, stdout, [line for line in done.stderr.split("\n") if line])
 
 
 # --------------------------------------------------------------------------------------------
@@ -356,9 +412,6 @@ class TmuxServer:
             if directory is None:
                 shutil.rmtree(self.directory, ignore_errors=True)
             raise TmuxError(f"tmux socket path too long for a Unix socket: {self.socket_path}")
-        self._server = libtmux.Server(
-            socket_path=self.socket_path, config_file="/dev/null", tmux_bin=self.tmux_bin
-        )
         self.pane_id: str | None = None
         self.pane_tty: str | None = None
         self.pane: ProcessRef | None = None
@@ -395,13 +448,11 @@ class TmuxServer:
     # -- running tmux ---------------------------------------------------------------------------
 
     def run(self, *args: str) -> list[str]:
-        """Run one tmux command line on this server; its stdout lines, or TmuxError."""
+        """Run one tmux command line on this server; its stdout lines, or TmuxError (TmuxTimeout if
+        the server does not answer within :data:`TMUX_TIMEOUT`)."""
         if not args:
             raise ValueError("no tmux command given")
-        try:
-            proc = self._server.cmd(args[0], *args[1:])
-        except libtmux.exc.LibTmuxException as exc:
-            raise TmuxError(f"tmux could not be run: {exc}", command=args) from exc
+        proc = run_tmux(self.tmux_bin, self.socket_path, *args)
         stderr = "\n".join(proc.stderr).strip()
         if proc.returncode != 0 or stderr:
             message = stderr or f"tmux exited with status {proc.returncode}"
@@ -528,7 +579,7 @@ class TmuxServer:
         """The pane as plain text: up to ``history`` lines of scrollback, then the visible rows.
 
         Every row ends in ``\\n``; long lines stay split at the pane width (no ``-J``). A sentinel
-        line follows the capture because libtmux drops trailing empty lines (blank rows).
+        line follows the capture because :func:`run_tmux` drops trailing empty lines (blank rows).
         """
         target = self._target()
         args = ["capture-pane", "-p", "-t", target]
@@ -625,20 +676,43 @@ class TmuxServer:
 
     # -- teardown -------------------------------------------------------------------------------
 
-    def _discover(self) -> None:
-        """Ask the server for pids we do not know yet (a reaper record written before start)."""
+    def _discover(self) -> bool:
+        """Ask the server for pids we do not know yet (a reaper record written before start, or a
+        start that timed out). False if the server hangs: it is then found in ``/proc`` instead."""
         try:
             lines = self.run("list-panes", "-a", "-F", "#{pane_id} #{pane_pid} #{pid}")
+        except TmuxTimeout:
+            self._discover_hung()
+            return False
         except TmuxError:
-            return
+            return True
         for line in lines[:1]:
             try:
                 pane_id, pane_pid, server_pid = line.split(" ")
             except ValueError:
-                return
+                break
             self.pane_id = self.pane_id or pane_id
             self.pane = self.pane or ProcessRef.of(int(pane_pid))
             self.server = self.server or ProcessRef.of(int(server_pid))
+        return True
+
+    def _discover_hung(self) -> None:
+        """The server that does not answer, from ``/proc``: the tmux server whose command line names
+        our private socket (``-S<path>``, as :func:`run_tmux` passes it; the directory is ours alone),
+        and its pane: that server's child."""
+        flag = f"-S{self.socket_path}".encode()
+        for stat in _all_stats():
+            if self.server is None and stat.comm == "tmux: server":
+                try:
+                    with open(f"/proc/{stat.pid}/cmdline", "rb") as handle:
+                        arguments = handle.read().split(b"\0")
+                except OSError:
+                    continue
+                if flag in arguments:
+                    self.server = ProcessRef(stat.pid, stat.start_time)
+        if self.server is not None and self.pane is None:
+            child = next((stat for stat in _all_stats() if stat.ppid == self.server.pid), None)
+            self.pane = None if child is None else ProcessRef(child.pid, child.start_time)
 
     def destroy(self) -> None:
         """Kill the server and every process of the pane's session; remove the socket directory.
@@ -650,10 +724,11 @@ class TmuxServer:
             if self._destroyed:
                 return
             self._destroyed = True
+            answers = True
             if (self.pane is None or self.server is None) and os.path.exists(self.socket_path):
-                self._discover()
+                answers = self._discover()
             server_up = self.server is not None and self.server.alive()
-            if server_up or (self.server is None and os.path.exists(self.socket_path)):
+            if answers and (server_up or (self.server is None and os.path.exists(self.socket_path))):
                 try:
                     self.run("kill-server")
                 except TmuxError:

@@ -7,17 +7,20 @@ holds a pane; after ``close`` returns, that server and every process of the term
 To prove "gone", the probe records the processes while the terminal lives (the tmux server, the pane
 processes, their descendants and every member of their sessions), each as (pid, start time) so that a
 recycled pid is never taken for ours. The probe only *reads*: ``list-panes`` and ``capture-pane``
-never start a server, and nothing is ever signalled.
+never start a server, and nothing is ever signalled. Each tmux command is bounded in time
+(:func:`stateful.reference.tmux.run_tmux`): a server that hangs gives a
+:class:`~stateful.reference.tmux.TmuxTimeout` naming it, never a probe that waits for ever, and never a
+"not alive" it did not see.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass
 
-import libtmux
-
 from stateful import meter
+from stateful.reference.tmux import TmuxAnswer, TmuxError, run_tmux
 
 __all__ = ["ProcRef", "ServerView", "Probe"]
 
@@ -70,8 +73,9 @@ class Probe:
         """Whether the socket is a path on this machine (a remote server's is not)."""
         return bool(socket) and os.path.isabs(socket) and os.path.exists(os.path.dirname(socket) or "/")
 
-    def _server(self, socket: str) -> libtmux.Server:
-        return libtmux.Server(socket_path=socket)
+    def _tmux(self, socket: str, *args: str) -> TmuxAnswer:
+        """One read-only tmux command on the server at ``socket`` (TmuxTimeout if it hangs)."""
+        return run_tmux(shutil.which("tmux") or "tmux", socket, *args)
 
     def view(self, socket: str) -> ServerView:
         """The server behind ``socket``: alive with panes (and all its processes), or not alive."""
@@ -81,7 +85,7 @@ class Probe:
     def _view(self, socket: str) -> ServerView:
         if not os.path.exists(socket):
             return ServerView(alive=False)
-        result = self._server(socket).cmd("list-panes", "-a", "-F", "#{pid} #{pane_pid}")
+        result = self._tmux(socket, "list-panes", "-a", "-F", "#{pid} #{pane_pid}")
         if result.returncode != 0 or not result.stdout:
             return ServerView(alive=False)
         server_pid = None
@@ -133,7 +137,7 @@ class Probe:
         if not os.path.exists(socket):
             return None
         with meter.timed("terminal probe"):
-            result = self._server(socket).cmd("list-panes", "-a", "-F", "#{history_size}")
+            result = self._tmux(socket, "list-panes", "-a", "-F", "#{history_size}")
         if result.returncode != 0 or len(result.stdout) != 1 or not result.stdout[0].strip().isdigit():
             return None
         return int(result.stdout[0])
@@ -145,7 +149,10 @@ class Probe:
         """The pane's last rows, for hang reports ('' if the server is gone)."""
         if not os.path.exists(socket):
             return "<no server: socket path is gone>"
-        result = self._server(socket).cmd("capture-pane", "-p", "-S", f"-{lines}")
+        try:
+            result = self._tmux(socket, "capture-pane", "-p", "-S", f"-{lines}")
+        except TmuxError as exc:  # a report of a hang must not hang, nor hide what it reports
+            return f"<capture failed: {exc}>"
         if result.returncode != 0:
             return "<capture failed: " + " ".join(result.stderr) + ">"
         return "\n".join(result.stdout)

@@ -41,7 +41,6 @@ error raised) at the next turn and before the DELETE. Resource events are the se
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import secrets
@@ -592,9 +591,15 @@ class HttpSession(AgentSession):
             self._strays.append(self._t.beside(self._pages_walk()))
         try:
             self._settle_strays(wait=True)
-        except Exception:  # a walk or a poll failed: the terminals go all the same, and that failure is reported
-            with contextlib.suppress(Exception):
-                self._t.client.delete(f"/v1/sessions/{self.session_id}")
+        except Exception as failed:  # a walk or a poll failed: the terminals go all the same, that failure is reported
+            try:
+                reply = self._t.client.delete(f"/v1/sessions/{self.session_id}")
+            except Exception as exc:  # noqa: BLE001 - reported with the failure that is raised
+                failed.add_note(f"and the DELETE of session {self.session_id} failed too: {type(exc).__name__}: {exc}")
+            else:
+                if reply.status_code not in (200, 202, 204):
+                    failed.add_note(f"and the DELETE of session {self.session_id} answered HTTP {reply.status_code} "
+                                    f"{reply.text[:300]}")
             raise
         reply = self._t.client.delete(f"/v1/sessions/{self.session_id}")
         if reply.status_code not in (200, 202, 204):  # (a 5xx is a ServerError, raised by the transport)
