@@ -525,8 +525,9 @@ def test_replay_says_which_plain_repros_are_fixed(hunter: Hunter, tmp_path: Path
     assert failing.exists() and not fixed.exists()
 
 
-SECTION6_PLANT = "close-event-lost@replay"
-"""The plain repro run under a conftest of a server team's (a short replay; its repro checks outputs and events)."""
+SECTION6_PLANT = "resource-id-collision@replay"
+"""The plain repro run under a conftest of a server team's: a short replay, and a repro that checks outputs and
+resource events and fails at once with the fault on (close-event-lost's waits 15 s for the missing event)."""
 SECTION6_CONFTEST = Path(__file__).with_name("section6_conftest.py")
 """A §6 conftest written without this project (copied into a server-like suite as tests/e2e/conftest.py)."""
 SECTION6_PYTEST = "import sys; sys.modules['stateful'] = None; import pytest; sys.exit(pytest.main(sys.argv[1:]))"
@@ -550,14 +551,19 @@ def test_plain_repro_runs_under_a_section6_conftest(hunter: Hunter, terminal_lea
     repro = Path(shutil.copy(result.plain, suite / "tests" / "e2e"))
     (suite / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")  # the suite's root: no conftest above it
     plain_env = {k: v for k, v in os.environ.items() if k not in ("STATEFUL_FAULTS", "PYTHONPATH")}
-    runs: dict[str, subprocess.CompletedProcess[str]] = {}
-    for name, fault in (("faulty", plant.fault), ("correct", "")):
-        with serve_process(env={**plain_env, "TMPDIR": terminal_leak_guard, "STATEFUL_FAULTS": fault}) as (server, mock, runner):
-            runs[name] = subprocess.run(
+
+    def run_in_suite(fault: str) -> subprocess.CompletedProcess[str]:
+        """The repro run in the suite against a stack of its own, served with ``fault`` on ('': none)."""
+        served = {**plain_env, "TMPDIR": terminal_leak_guard, "STATEFUL_FAULTS": fault}
+        with serve_process(env=served) as (server, mock, runner):
+            return subprocess.run(
                 [sys.executable, "-c", SECTION6_PYTEST, "-q", "-p", "no:cacheprovider", str(repro.relative_to(suite))],
                 cwd=suite, capture_output=True, text=True, timeout=SECTION6_TIMEOUT,
                 env={**plain_env, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "CONTRACT_SERVER_URL": server,
                      "CONTRACT_MOCK_LLM_URL": mock, "CONTRACT_RUNNER_ID": runner})
+
+    with cf.ThreadPoolExecutor(2, thread_name_prefix="section6") as pool:  # the two at once: each mostly waits
+        runs = dict(zip(("faulty", "correct"), pool.map(run_in_suite, (plant.fault, ""))))
     shown = {name: f"exit {run.returncode}\n{run.stdout[-6000:]}{run.stderr[-2000:]}" for name, run in runs.items()}
     faulty, correct = runs["faulty"], runs["correct"]
     assert faulty.returncode == 1 and "1 failed" in faulty.stdout, shown["faulty"]
