@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -112,7 +112,7 @@ class HttpTarget:
         self.model = f"bench-{uuid.uuid4().hex[:8]}"
         self.agent = register_inline_agent(
             self.client, name=f"bench-{uuid.uuid4().hex[:8]}", harness="openai-agents", model=self.model,
-            profile="", prompt="bench", mock_llm_base_url=mock_url,
+            profile="", prompt="bench", mock_llm_base_url=f"{mock_url}/v1",
             extra_config={"terminals": {"bash": {"args": ["--norc", "--noprofile"]}}},
         )
 
@@ -186,10 +186,11 @@ def measure_in_process(stack: Any, target: HttpTarget, *, calls: int, turns: int
 
 
 @contextmanager
-def serve_process() -> Iterator[tuple[str, str, str]]:
-    """``python -m stateful serve`` in its own process: its JSON line, until the block ends."""
+def serve_process(env: Mapping[str, str] | None = None) -> Iterator[tuple[str, str, str]]:
+    """``python -m stateful serve`` in its own process (``env``: its environment, e.g. with
+    ``STATEFUL_FAULTS``; default this one's): its JSON line, until the block ends."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "stateful", "serve"], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", "stateful", "serve"], stdout=subprocess.PIPE, text=True, env=env
     )
     try:
         assert process.stdout is not None

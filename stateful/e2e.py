@@ -75,11 +75,6 @@ def configure_mock_llm(
     return reply.json()
 
 
-def _mock_base_url(mock_llm_base_url: str) -> str:
-    base = mock_llm_base_url.rstrip("/")
-    return base if base.endswith("/v1") else f"{base}/v1"
-
-
 def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
     merged = copy.deepcopy(base)
     for key, value in extra.items():
@@ -96,6 +91,11 @@ def agent_spec_yaml(
 ) -> str:
     """The §3 agent spec with a ``bash`` terminal; ``extra_config`` is deep-merged over it.
 
+    ``mock_llm_base_url`` becomes ``executor.auth.base_url`` as given, nothing added or stripped
+    (CONTRACT §6): callers pass the mock's ``/v1`` URL (``f"{mock_llm_server_url}/v1"``), as omnigent's
+    own tests do. A helper that appended ``/v1`` itself let a test that passed the root URL pass here
+    and fail (its agent calling ``<mock>/responses``, a 404) in a suite whose helper follows §6.
+
     The shell skips the user's rc files (``--norc --noprofile``): a test's terminal must not depend on
     what the machine's ``~/.bashrc`` does (here it runs ``pyenv init``, whose lock file, left behind by
     a shell closed mid-startup, stalls every later shell for a minute).
@@ -106,7 +106,7 @@ def agent_spec_yaml(
         "executor": {
             "harness": harness,
             "model": model,
-            "auth": {"type": "api_key", "api_key": "mock-key", "base_url": _mock_base_url(mock_llm_base_url)},
+            "auth": {"type": "api_key", "api_key": "mock-key", "base_url": mock_llm_base_url},
         },
         "os_env": {"type": "caller_process", "cwd": ".", "sandbox": {"type": "none"}},
         "terminals": {
@@ -133,7 +133,8 @@ def register_inline_agent(
     mock_llm_base_url: str,
     extra_config: Mapping[str, Any] | None = None,
 ) -> str:
-    """Register an agent from an inline spec (multipart: metadata + gzip-tar bundle); its name."""
+    """Register an agent from an inline spec (multipart: metadata + gzip-tar bundle); its name.
+    ``mock_llm_base_url`` is written as given (the mock's ``/v1`` URL: see :func:`agent_spec_yaml`)."""
     del profile  # omnigent routes real models through a profile; the mock needs none
     text = agent_spec_yaml(
         name=name, harness=harness, model=model, prompt=prompt,

@@ -359,7 +359,7 @@ class Agent:
     def __init__(self, client: httpx.Client, mock_url: str, runner_id: str, harness: str, model: str) -> None:
         self.client, self.mock_url, self.model, self.turns = client, mock_url, model, 0
         name = register_inline_agent(client, name=f"repro-{{model}}", harness=harness, model=model, profile="",
-                                     prompt="You are a terminal test assistant.", mock_llm_base_url=mock_url,
+                                     prompt="You are a terminal test assistant.", mock_llm_base_url=f"{{mock_url}}/v1",
                                      extra_config={{"terminals": TERMINALS}})
         self.session_id = create_runner_bound_session(client, agent_name=name, runner_id=runner_id)
 {noted}

@@ -48,7 +48,7 @@ class Agent:
         self.client, self.mock_url, self.model = client, mock_url, model
         name = register_inline_agent(
             client, name=unique_name("terminal-seq"), harness=harness, model=model, profile="",
-            prompt="You are a terminal test assistant.", mock_llm_base_url=mock_url,
+            prompt="You are a terminal test assistant.", mock_llm_base_url=f"{mock_url}/v1",
         )
         self.session_id = create_runner_bound_session(client, agent_name=name, runner_id=runner_id)
 

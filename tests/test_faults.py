@@ -59,12 +59,13 @@ from hypothesis import settings
 from hypothesis.stateful import INITIALIZE_RULE_MARKER, RULE_MARKER, run_state_machine_as_test
 
 from stateful import workers
+from stateful.bench_http import serve_process
 from stateful.clauses import CLAUSES, clause_of
 from stateful.machine import MachineConfig, TerminalMachine
 from stateful.reference import faults
 from stateful.minimize import FailingRun, failing_run, replay_program, reproduced, shorter_failure
 from stateful.plain import NoPlainForm, write_plain_repro
-from stateful.replay import run_repro
+from stateful.replay import clause_in, run_repro
 from stateful.repro import reported_program
 from stateful.shrinking import shrink_budget
 from stateful.targets.base import StepTimeout
@@ -428,6 +429,8 @@ def hunter(request: pytest.FixtureRequest, terminal_leak_guard: str,
         wanted |= {p.key for p in SESSIONS_PLANTS if p.fault in REPLAYED}
     if any(item.originalname == "test_control_without_fault_passes" for item in request.session.items):
         wanted.add(CONTROL.key)
+    if any(item.originalname == "test_plain_repro_runs_under_a_section6_conftest" for item in request.session.items):
+        wanted.add(SECTION6_PLANT)
     plants = [p for p in [*PLANTS, *PLAIN_REPLAYS, CONTROL] if p.key in wanted]  # replays last: they are short
     running = Hunter(terminal_leak_guard, tmp_path_factory.mktemp("fault-hunts"), plants)
     try:
@@ -520,6 +523,52 @@ def test_replay_says_which_plain_repros_are_fixed(hunter: Hunter, tmp_path: Path
     assert any(line.startswith(f"FIXED          {fixed} (") for line in lines), lines
     assert lines[-1] == "replay: 2 repros: 1 fixed, 1 still failing, 0 skipped, 0 errors; deleted the 1 fixed", lines
     assert failing.exists() and not fixed.exists()
+
+
+SECTION6_PLANT = "resource-id-collision@replay"
+"""The plain repro run under a conftest of a server team's: a short replay, and a repro that checks outputs and
+resource events and fails at once with the fault on (close-event-lost's waits 15 s for the missing event)."""
+SECTION6_CONFTEST = Path(__file__).with_name("section6_conftest.py")
+"""A §6 conftest written without this project (copied into a server-like suite as tests/e2e/conftest.py)."""
+SECTION6_PYTEST = "import sys; sys.modules['stateful'] = None; import pytest; sys.exit(pytest.main(sys.argv[1:]))"
+"""pytest with this project made unimportable: the suite gets nothing from it, not even by a stray import."""
+SECTION6_TIMEOUT = 300.0
+"""Longest one run of the repro in that suite may take (its turns are bounded by the repro's own timeouts)."""
+
+
+def test_plain_repro_runs_under_a_section6_conftest(hunter: Hunter, terminal_leak_guard: str, tmp_path: Path) -> None:
+    """A plain repro dropped as it is into a suite that has only a §6 conftest of its own (which writes
+    ``mock_llm_base_url`` as given: the repro must pass the mock's ``/v1`` URL itself) fails against a
+    served stack with the fault on, for the fault's clause, and passes against one without it."""
+    plant = next(p for p in PLAIN_REPLAYS if p.key == SECTION6_PLANT)
+    result, _wall, log = hunter.result(plant.key)
+    assert result.plain.endswith(".py"), f"{plant.key}: no plain repro: {result.plain}\n{log}"
+    suite = tmp_path / "suite"
+    (suite / "tests" / "e2e").mkdir(parents=True)
+    for package in ("tests", "tests/e2e"):
+        (suite / package / "__init__.py").write_text("", encoding="utf-8")
+    shutil.copy(SECTION6_CONFTEST, suite / "tests" / "e2e" / "conftest.py")
+    repro = Path(shutil.copy(result.plain, suite / "tests" / "e2e"))
+    (suite / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")  # the suite's root: no conftest above it
+    plain_env = {k: v for k, v in os.environ.items() if k not in ("STATEFUL_FAULTS", "PYTHONPATH")}
+
+    def run_in_suite(fault: str) -> subprocess.CompletedProcess[str]:
+        """The repro run in the suite against a stack of its own, served with ``fault`` on ('': none)."""
+        served = {**plain_env, "TMPDIR": terminal_leak_guard, "STATEFUL_FAULTS": fault}
+        with serve_process(env=served) as (server, mock, runner):
+            return subprocess.run(
+                [sys.executable, "-c", SECTION6_PYTEST, "-q", "-p", "no:cacheprovider", str(repro.relative_to(suite))],
+                cwd=suite, capture_output=True, text=True, timeout=SECTION6_TIMEOUT,
+                env={**plain_env, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "CONTRACT_SERVER_URL": server,
+                     "CONTRACT_MOCK_LLM_URL": mock, "CONTRACT_RUNNER_ID": runner})
+
+    with cf.ThreadPoolExecutor(2, thread_name_prefix="section6") as pool:  # the two at once: each mostly waits
+        runs = dict(zip(("faulty", "correct"), pool.map(run_in_suite, (plant.fault, ""))))
+    shown = {name: f"exit {run.returncode}\n{run.stdout[-6000:]}{run.stderr[-2000:]}" for name, run in runs.items()}
+    faulty, correct = runs["faulty"], runs["correct"]
+    assert faulty.returncode == 1 and "1 failed" in faulty.stdout, shown["faulty"]
+    assert clause_in(faulty.stdout) in plant.clauses, shown["faulty"]
+    assert correct.returncode == 0 and "1 passed" in correct.stdout, shown["correct"]
 
 
 def test_control_without_fault_passes(hunter: Hunter) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from stateful.e2e import (
     HEADERS,
@@ -110,7 +111,7 @@ def client(stack: EmbeddedStack) -> Iterator[httpx.Client]:
 def new_session(client: httpx.Client, stack: EmbeddedStack, model: str) -> str:
     name = register_inline_agent(
         client, name=unique_name("agent"), harness="openai-agents", model=model, profile="",
-        prompt="You are a test agent.", mock_llm_base_url=stack.mock_llm_url,
+        prompt="You are a test agent.", mock_llm_base_url=f"{stack.mock_llm_url}/v1",
     )
     return create_runner_bound_session(client, agent_name=name, runner_id=stack.runner_id)
 
@@ -139,9 +140,18 @@ def test_health_and_runner(client: httpx.Client, stack: EmbeddedStack) -> None:
     assert reply.status_code == 404 and "runner_nope" in reply.json()["error"]
 
 
+@pytest.mark.parametrize("given", ["http://127.0.0.1:9/v1", "http://127.0.0.1:9", "http://127.0.0.1:9/v1/", "http://h/x"])
+def test_the_agent_spec_holds_the_mock_base_url_as_given(given: str) -> None:
+    """CONTRACT §6: ``mock_llm_base_url`` goes into ``executor.auth.base_url`` as given, no ``/v1``
+    added or stripped (a helper that added it let repros pass here and fail in omnigent's suite)."""
+    text = agent_spec_yaml(name="a", harness="openai-agents", model="m", prompt="p", mock_llm_base_url=given)
+    assert yaml.safe_load(text)["executor"]["auth"]["base_url"] == given
+
+
 def test_registration_listing_and_sessions(client: httpx.Client, stack: EmbeddedStack) -> None:
     name = unique_name("reg")
-    text = agent_spec_yaml(name=name, harness="openai-agents", model="m", prompt="p", mock_llm_base_url=stack.mock_llm_url)
+    text = agent_spec_yaml(name=name, harness="openai-agents", model="m", prompt="p",
+                           mock_llm_base_url=f"{stack.mock_llm_url}/v1")
     reply = client.post("/v1/sessions", data={"metadata": "{}"}, files={"bundle": ("b.tar.gz", build_bundle(name, text))})
     assert reply.status_code == 201
     body = reply.json()
@@ -631,7 +641,7 @@ def test_serve_closes_its_terminals_on_sigint(terminal_leak_guard: str, terminal
             configure_mock_llm(info["mock_llm_url"], [{"tool_calls": [launch]}, {"text": "ok"}], key=model)
             name = register_inline_agent(
                 http, name=unique_name("served"), harness="openai-agents", model=model, profile="",
-                prompt="p", mock_llm_base_url=info["mock_llm_url"],
+                prompt="p", mock_llm_base_url=f"{info['mock_llm_url']}/v1",
             )
             session_id = create_runner_bound_session(http, agent_name=name, runner_id=info["runner_id"])
             assert run_turn(http, session_id)["status"] == "completed"

@@ -690,7 +690,7 @@ class SessionsTarget(Target):
         name = unique_name("stateful")
         model = unique_name("stateful-model")
         text = agent_spec_yaml(name=name, harness=HARNESS, model=model, prompt="You are a terminal test assistant.",
-                               mock_llm_base_url=self.mock_llm_url, extra_config={"terminals": TERMINALS})
+                               mock_llm_base_url=f"{self.mock_llm_url}/v1", extra_config={"terminals": TERMINALS})
         online = self.beside(await_runner_online, self.client, self.runner_id)  # while the agent registers
         try:
             reply = self.client.post("/v1/sessions", data={"metadata": "{}"}, files={
