@@ -13,6 +13,7 @@ through it, with the run's poll deadline (or a tighter bound the contract gives)
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -27,7 +28,7 @@ from stateful.targets.probe import Probe, ProcRef
 
 __all__ = [
     "DECLARED", "LAUNCH", "SEND", "READ", "LIST", "CLOSE", "MachineConfig", "PairRef", "Typed", "Shell", "Agent",
-    "World", "Transcript", "tool_call", "pair_args", "read_call", "list_step", "exercised", "clip", "bucket",
+    "World", "Wait", "LOOKS", "Transcript", "tool_call", "pair_args", "read_call", "list_step", "exercised", "clip", "bucket",
 ]
 
 T = TypeVar("T")
@@ -167,6 +168,56 @@ class Transcript:
         self._repeats = 0
 
 
+LOOKS = 2
+"""Fewest observations a verdict of absence rests on: one more than the first, which a slow first
+answer (a busy machine) may have taken before anything could show."""
+RECENT_TURNS = 8
+"""How many of the last turns' durations measure the run's slowness (:meth:`World.slowness`)."""
+
+
+class Wait:
+    """One wait for an "eventually": when it began, its looks, and when it is over. Its deadline is
+    ``within`` seconds from its start plus the slowness measured (the run's recent turns, and the
+    longest look of this wait, each at most ``within`` more): a server or machine that is measurably
+    slow gets that much longer. It is over only at a look that *began* after that deadline, and not
+    before ``LOOKS`` looks: a look that began earlier may have been answered from an earlier state,
+    however long it took."""
+
+    def __init__(self, world: World | None, within: float, *, looks: int = 0, least: int = LOOKS) -> None:
+        self.world = world
+        self.within = within
+        self.started = time.monotonic()
+        self.looks = looks
+        self.least = least
+        self.longest = 0.0
+        """Seconds the longest look of this wait took."""
+        self.last_began = self.started
+
+    def look(self) -> float:
+        """A look begins now; the time it began."""
+        self.looks += 1
+        self.last_began = time.monotonic()
+        return self.last_began
+
+    def looked(self, began: float) -> None:
+        """The look begun at ``began`` has its answer."""
+        self.longest = max(self.longest, time.monotonic() - began)
+
+    @property
+    def deadline(self) -> float:
+        slow = max(self.longest, self.world.slowness() if self.world is not None else 0.0)
+        return self.started + self.within + min(slow, self.within)
+
+    def over(self, began: float) -> bool:
+        """Whether the look begun at ``began`` ends the wait: it began after the deadline, and enough looks were made."""
+        return self.looks >= self.least and began > self.deadline
+
+    @property
+    def waited(self) -> float:
+        """Seconds from the wait's start to the start of its last look."""
+        return self.last_began - self.started
+
+
 class World:
     """One run's state outside the model, and its means of observation."""
 
@@ -187,6 +238,10 @@ class World:
         self.owners: dict[str, tuple[int, str, str]] = {}
         """Marker uid -> the (agent, terminal, session) it was typed into."""
         self.transcript = Transcript()
+        self.recent_turns: deque[float] = deque(maxlen=RECENT_TURNS)
+        """Seconds the last turns took (:meth:`timed_turn`)."""
+        self.last_wait: Wait | None = None
+        """The last wait of :meth:`eventually` (how long it waited, how many looks: for a verdict's message)."""
 
     def probe_on(self, socket: str) -> bool:
         """Whether ground truth is available (decided once, from the first socket a launch named)."""
@@ -197,30 +252,56 @@ class World:
 
     def eventually(self, what: str, probe: Callable[[], T | None],
                    within: float | None = None, *, tried: bool = False) -> tuple[T | None, int]:
-        """Call ``probe`` until it gives a value (not None) or ``within`` seconds (default: the poll
-        deadline) pass; return the value (None on time-out) and how many more attempts the first
-        one took. The pauses grow from 50 ms to 500 ms, start to start: quick where the answer is quick, and the
-        deadline, not the pause, bounds the wait. Turns run by the probe that show nothing new are
-        folded into one line of the report; ``what`` names the wait in the run's statistics.
-        ``tried``: the caller made the first attempt already (the loop pauses before it asks again)."""
-        deadline = time.monotonic() + (self.cfg.poll_deadline if within is None else within)
-        polls = 1 if tried else 0
+        """Call ``probe`` until it gives a value (not None) or the wait is over; return the value (None
+        on time-out) and how many more attempts the first one took. The pauses grow from 50 ms to
+        500 ms, start to start: quick where the answer is quick, and the deadline, not the pause,
+        bounds the wait. Turns run by the probe that show nothing new are folded into one line of the
+        report; ``what`` names the wait in the run's statistics. ``tried``: the caller made the first
+        attempt already, right before (the loop pauses before it asks again).
+
+        A time-out is a verdict of absence ("never showed", "never removed"), so it rests on
+        evidence taken late enough (a :class:`Wait`): at least ``LOOKS`` attempts, the last
+        of which *began* after ``within`` seconds (default: the poll deadline) plus the measured
+        slowness (:meth:`slowness`, and the longest attempt of this wait). A slow probe or a busy
+        machine makes the wait longer, never shorter: the contract's times are the server's."""
+        wait = Wait(self, self.cfg.poll_deadline if within is None else within, looks=1 if tried else 0)
+        value: T | None = None
         self.transcript.folding = True
         try:
             if tried:
                 meter.sleep(0.05, "eventually")
             while True:
-                began = time.monotonic()
+                began = wait.look()
                 value = probe()
-                if value is not None or time.monotonic() > deadline:
-                    break
-                polls += 1  # the interval runs from start to start: a slow probe is not followed by a sleep too
-                meter.sleep(max(0.0, min(0.05 * polls, 0.5) - (time.monotonic() - began)), "eventually")
+                wait.looked(began)
+                if value is not None or wait.over(began):
+                    break  # the interval runs from start to start: a slow probe is not followed by a sleep too
+                meter.sleep(max(0.0, min(0.05 * wait.looks, 0.5) - (time.monotonic() - began)), "eventually")
         finally:
             self.transcript.folding = False
             self.transcript.flush()
+        polls = wait.looks - 1
+        self.last_wait = wait
         event(f"{what}: " + (f"after {bucket(polls)} polls" if value is not None else "timed out"))
         return value, polls
+
+    def waited(self) -> str:
+        """How long the last wait of :meth:`eventually` looked, in words (a verdict of absence says so)."""
+        wait = self.last_wait
+        if wait is None:
+            return f"{self.cfg.poll_deadline:.0f} s"
+        return f"{wait.waited:.1f} s ({wait.looks} looks, the last begun after its deadline)"
+
+    def timed_turn(self, seconds: float) -> None:
+        """Note how long a turn took (post to end seen, or the call on an in-process target): the
+        server's and the machine's slowness as the run measures it (:meth:`slowness`)."""
+        self.recent_turns.append(seconds)
+
+    def slowness(self) -> float:
+        """Seconds the waits for an "eventually" grow by: the longest of the last ``RECENT_TURNS``
+        turns (a server or machine that is slow now takes that much longer to show anything, and a
+        probe's own turn takes that long to see it)."""
+        return max(self.recent_turns, default=0.0)
 
     def panes(self, agent: Agent) -> dict[str, str]:
         """What tmux shows in each of the agent's panes (for a hang's report)."""
