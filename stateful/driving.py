@@ -22,13 +22,13 @@ from stateful import strategies as gen
 from stateful.after_turn import run_turn
 from stateful.clauses import fail
 from stateful.model import Judgement, describe
+from stateful.waiting import Wait
 from stateful.world import (
     SEND,
     Agent,
     PairRef,
     Shell,
     Typed,
-    Wait,
     World,
     exercised,
     pair_args,
@@ -178,12 +178,12 @@ def await_exit(world: World, agent: Agent, ref: PairRef, done: Callable[[], bool
     Where the probe saw the terminal's processes gone (``died``; None where it cannot see them),
     the contract's own bound applies: a step *begun* more than 2 s after they were seen gone (so
     more than 2 s after they died), and not the first since, must find the pair removed; where the
-    run's turns are measurably slow, the 2 s grow by that much (:class:`stateful.world.Wait`: the
+    run's turns are measurably slow, the 2 s grow by that much (:class:`stateful.waiting.Wait`: the
     contract's times are the server's, not the tester's scheduler's). A step begun earlier may
     still see it however long the step takes (a slow server's turn of 3 s is no violation). On
     time-out, what the pane shows tells an ``exit`` that never ran (the keys) from one that ran
     (the exit watcher)."""
-    removal = Wait(world, EXIT_REMOVAL)  # the processes were seen gone just before this
+    removal = Wait(EXIT_REMOVAL, world.slowness)  # the processes were seen gone just before this
     within = 0.0 if died is False else None  # never exited: look (twice); else bounded by the poll deadline
     late: list[float] = []
 

@@ -25,10 +25,11 @@ from stateful import strategies as gen
 from stateful.model import Call, Ledger, SessionModel, pair_name
 from stateful.targets.base import AgentSession, Target
 from stateful.targets.probe import Probe, ProcRef
+from stateful.waiting import Wait
 
 __all__ = [
     "DECLARED", "LAUNCH", "SEND", "READ", "LIST", "CLOSE", "MachineConfig", "PairRef", "Typed", "Shell", "Agent",
-    "World", "Wait", "LOOKS", "Transcript", "tool_call", "pair_args", "read_call", "list_step", "exercised", "clip", "bucket",
+    "World", "Transcript", "tool_call", "pair_args", "read_call", "list_step", "exercised", "clip", "bucket",
 ]
 
 T = TypeVar("T")
@@ -168,54 +169,8 @@ class Transcript:
         self._repeats = 0
 
 
-LOOKS = 2
-"""Fewest observations a verdict of absence rests on: one more than the first, which a slow first
-answer (a busy machine) may have taken before anything could show."""
 RECENT_TURNS = 8
 """How many of the last turns' durations measure the run's slowness (:meth:`World.slowness`)."""
-
-
-class Wait:
-    """One wait for an "eventually": when it began, its looks, and when it is over. Its deadline is
-    ``within`` seconds from its start plus the slowness measured (the run's recent turns, and the
-    longest look of this wait, each at most ``within`` more): a server or machine that is measurably
-    slow gets that much longer. It is over only at a look that *began* after that deadline, and not
-    before ``LOOKS`` looks: a look that began earlier may have been answered from an earlier state,
-    however long it took."""
-
-    def __init__(self, world: World | None, within: float, *, looks: int = 0, least: int = LOOKS) -> None:
-        self.world = world
-        self.within = within
-        self.started = time.monotonic()
-        self.looks = looks
-        self.least = least
-        self.longest = 0.0
-        """Seconds the longest look of this wait took."""
-        self.last_began = self.started
-
-    def look(self) -> float:
-        """A look begins now; the time it began."""
-        self.looks += 1
-        self.last_began = time.monotonic()
-        return self.last_began
-
-    def looked(self, began: float) -> None:
-        """The look begun at ``began`` has its answer."""
-        self.longest = max(self.longest, time.monotonic() - began)
-
-    @property
-    def deadline(self) -> float:
-        slow = max(self.longest, self.world.slowness() if self.world is not None else 0.0)
-        return self.started + self.within + min(slow, self.within)
-
-    def over(self, began: float) -> bool:
-        """Whether the look begun at ``began`` ends the wait: it began after the deadline, and enough looks were made."""
-        return self.looks >= self.least and began > self.deadline
-
-    @property
-    def waited(self) -> float:
-        """Seconds from the wait's start to the start of its last look."""
-        return self.last_began - self.started
 
 
 class World:
@@ -260,11 +215,11 @@ class World:
         attempt already, right before (the loop pauses before it asks again).
 
         A time-out is a verdict of absence ("never showed", "never removed"), so it rests on
-        evidence taken late enough (a :class:`Wait`): at least ``LOOKS`` attempts, the last
+        evidence taken late enough (a :class:`stateful.waiting.Wait`): at least ``LOOKS`` attempts, the last
         of which *began* after ``within`` seconds (default: the poll deadline) plus the measured
         slowness (:meth:`slowness`, and the longest attempt of this wait). A slow probe or a busy
         machine makes the wait longer, never shorter: the contract's times are the server's."""
-        wait = Wait(self, self.cfg.poll_deadline if within is None else within, looks=1 if tried else 0)
+        wait = Wait(self.cfg.poll_deadline if within is None else within, self.slowness, looks=1 if tried else 0)
         value: T | None = None
         self.transcript.folding = True
         try:
