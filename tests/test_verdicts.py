@@ -24,6 +24,7 @@ from stateful.clauses import clause_of
 from stateful.model import Call, EventView, Life
 from stateful.reference.stack import EmbeddedStack
 from stateful.targets.base import StepTimeout
+from stateful.targets import sessions
 from stateful.targets.sessions import SessionsTarget
 from stateful.waiting import LOOKS, Wait
 from stateful.world import LAUNCH, LIST, PairRef, Shell, Typed, World
@@ -206,7 +207,9 @@ def launch_with_polled_events(session: PolledEvents) -> None:
 
 
 def test_an_event_recorded_within_the_deadline_is_not_reported_missing_when_each_look_is_slow() -> None:
-    session = PolledEvents(shows_at=DEADLINE, delay=SLOW)
+    """The first look (the check's own, slow) starts the wait: the event is recorded within the
+    deadline from there, and the wait's next look, begun before it, answers late."""
+    session = PolledEvents(shows_at=SLOW + DEADLINE / 2, delay=SLOW)
     launch_with_polled_events(session)
     assert len(session.looks_began) >= 2
 
@@ -323,7 +326,10 @@ def one_turn(stack: EmbeddedStack, change: Callable[[httpx.Request, httpx.Respon
 STEP = 1.5
 
 
-def test_a_turn_is_not_reported_hung_when_its_first_poll_answers_after_the_step_timeout(stack: EmbeddedStack) -> None:
+def test_a_turn_is_not_reported_hung_when_its_first_poll_answers_after_the_step_timeout(
+        stack: EmbeddedStack, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sessions, "SNAPSHOT_EVERY", 60.0)  # the turn is followed through its items alone
+
     def late_first(request: httpx.Request, response: httpx.Response, n: int) -> httpx.Response:
         if n == 0:
             time.sleep(2 * STEP)  # the answer (made at once, before the turn could end) arrives late
