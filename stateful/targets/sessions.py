@@ -14,7 +14,9 @@ the ``machine`` section). There are two ways, chosen per turn:
   late in a ci program), keeps what it gets (items are records: each is fetched once) and reads the
   snapshot, whose status says how the turn ended (§2.6), once the turn's final text reply is among
   them (and every ``SNAPSHOT_EVERY`` seconds before that, for a turn that fails without a reply; if
-  that snapshot says it ended, the items are fetched once more). Polls are spaced from start to
+  that snapshot says it ended, the items are fetched once more, §2.6, and for a completed turn again
+  until its reply shows, up to ``REPLY_SHOWS``). A hang is reported only from a poll sent after the
+  step's deadline (:class:`stateful.waiting.Wait`'s rule). Polls are spaced from start to
   start, from 2 ms up to 10 ms (a fifth of the turn's time so far once that is longer, up to 100 ms),
   so a slow answer is not followed by a sleep as well; once an items poll takes ``PAIR_RTT`` or more
   with no time left between polls, each fetches the snapshot beside it.
