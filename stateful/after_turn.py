@@ -349,4 +349,3 @@ def await_gone(world: World, agent: Agent, number: int, shell: Shell, *, at_once
         fail("session.delete", f"{pair_name(inst.terminal, inst.session)} (agent {agent.index}): its session was "
                                f"deleted, but {world.waited()} later {what}")
     exercised("close.nothing-left" if at_once else "session.delete")
-

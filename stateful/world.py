@@ -230,7 +230,8 @@ class World:
                 value = probe()
                 wait.looked(began)
                 if value is not None or wait.over(began):
-                    break  # the interval runs from start to start: a slow probe is not followed by a sleep too
+                    break
+                # the interval runs from start to start: a slow probe is not followed by a sleep too
                 meter.sleep(max(0.0, min(0.05 * wait.looks, 0.5) - (time.monotonic() - began)), "eventually")
         finally:
             self.transcript.folding = False
