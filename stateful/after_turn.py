@@ -19,6 +19,7 @@ after a DELETE are here too: rules call them after the turns that can break them
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,12 +81,14 @@ def run_turn(world: World, agent: Agent, steps: Sequence[Sequence[Call]]) -> lis
     number = world.turns
     ended_before = agent.model.ended
     history = history_before(world, agent, steps)
+    began = time.monotonic()
     try:
         outputs = agent.session.run_turn(steps, step_timeout=world.cfg.step_timeout)
     except StepTimeout as hang:
         world.transcript.add(number, agent.index, steps, None)
         hang.panes = world.panes(agent)
         raise
+    world.timed_turn(time.monotonic() - began)
     world.transcript.add(number, agent.index, steps, outputs)
     ctx = TurnContext(world, agent, number, steps, outputs, history, ended_before)
     for index in range(len(steps)):
@@ -261,7 +264,7 @@ def events_recorded(ctx: TurnContext) -> None:
     if rec is None and not at_once:
         rec, _ = world.eventually("events", complete, tried=True)
     if rec is None:
-        when = "once the calls returned" if at_once else f"after {world.cfg.poll_deadline:.0f} s"
+        when = "once the calls returned" if at_once else f"after {world.waited()}"
         fail("events.recorded", f"resource events missing {when} (agent {agent.index}): {list(last[0].missing)}",
              f"  model: {describe(agent.model)}")
     agent.ledger = rec.ledger
@@ -344,5 +347,5 @@ def await_gone(world: World, agent: Agent, number: int, shell: Shell, *, at_once
             fail("close.nothing-left", f"{pair_name(inst.terminal, inst.session)} (agent {agent.index}) was "
                                        f"closed, but once close returned {what}")
         fail("session.delete", f"{pair_name(inst.terminal, inst.session)} (agent {agent.index}): its session was "
-                               f"deleted, but {world.cfg.poll_deadline:.0f} s later {what}")
+                               f"deleted, but {world.waited()} later {what}")
     exercised("close.nothing-left" if at_once else "session.delete")

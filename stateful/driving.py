@@ -22,6 +22,7 @@ from stateful import strategies as gen
 from stateful.after_turn import run_turn
 from stateful.clauses import fail
 from stateful.model import Judgement, describe
+from stateful.waiting import Wait
 from stateful.world import (
     SEND,
     Agent,
@@ -73,7 +74,7 @@ def poll_screen(world: World, agent: Agent, ref: PairRef, done: Callable[[str], 
         screens[:] = [value["screen"]]
         return value["screen"] if done(value["screen"]) else None
 
-    screen, polls = world.eventually(f"read: {what.split(' ')[0]} shown", shown)
+    screen, _ = world.eventually(f"read: {what.split(' ')[0]} shown", shown)
     if screen is not None:
         exercised("read.output-shows", "send.text-literal" if typed is not None and typed.uid else "")
         return screen
@@ -82,7 +83,7 @@ def poll_screen(world: World, agent: Agent, ref: PairRef, done: Callable[[str], 
     if typed is not None:
         clause, cause = checks.diagnose_typed(screens[0], typed.text, typed.chunks, typed.uid)
     triggers = steering.text_triggers(typed.chunks) if typed is not None and clause == "send.text-literal" else ()
-    fail(clause, f"{what} not shown in {ref} within {world.cfg.poll_deadline:.0f} s ({polls + 1} reads): {cause}",
+    fail(clause, f"{what} not shown in {ref} within {world.waited()}: {cause}",
          "  last screen (tail):", tail, triggers=triggers)
 
 
@@ -175,24 +176,27 @@ def await_exit(world: World, agent: Agent, ref: PairRef, done: Callable[[], bool
     """Run ``step`` until ``done()`` after an ``exit`` was typed into ``ref``.
 
     Where the probe saw the terminal's processes gone (``died``; None where it cannot see them),
-    the contract's own bound applies, exactly: a step *begun* more than 2 s after they were seen
-    gone (so more than 2 s after they died) must find the pair removed. A step begun earlier may
+    the contract's own bound applies: a step *begun* more than 2 s after they were seen gone (so
+    more than 2 s after they died), and not the first since, must find the pair removed; where the
+    run's turns are measurably slow, the 2 s grow by that much (:class:`stateful.waiting.Wait`: the
+    contract's times are the server's, not the tester's scheduler's). A step begun earlier may
     still see it however long the step takes (a slow server's turn of 3 s is no violation). On
     time-out, what the pane shows tells an ``exit`` that never ran (the keys) from one that ran
     (the exit watcher)."""
-    removal_due = time.monotonic() + EXIT_REMOVAL  # the processes were seen gone just before this
-    within = 0.0 if died is False else None  # never exited: look once; else bounded by the poll deadline
+    removal = Wait(EXIT_REMOVAL, world.slowness)  # the processes were seen gone just before this
+    within = 0.0 if died is False else None  # never exited: look (twice); else bounded by the poll deadline
     late: list[float] = []
 
     def settled() -> bool | None:
         if done():
             return True
-        began = time.monotonic()
+        began = removal.look()
         run_turn(world, agent, [step])
+        removal.looked(began)
         if done():
             return True
-        if died and began > removal_due:
-            late.append(began - removal_due + EXIT_REMOVAL)
+        if died and removal.over(began):
+            late.append(began - removal.started)
             return False
         return None
 
@@ -202,7 +206,9 @@ def await_exit(world: World, agent: Agent, ref: PairRef, done: Callable[[], bool
         pane = world.panes(agent).get(f"{ref.terminal}:{ref.session}")
         if late:
             cause = (f"its processes had exited, and a step begun {late[0]:.1f} s after they were seen gone "
-                     f"still shows it (the contract gives the server {EXIT_REMOVAL:.0f} s)")
+                     f"(look {removal.looks} since) still shows it (the contract gives the server {EXIT_REMOVAL:.0f} s, "
+                     f"this run waited {removal.deadline - removal.started:.1f} s: its turns take up to "
+                     f"{world.slowness():.1f} s)")
         elif pane is not None and died is not True:
             diagnosed, cause = checks.diagnose_typed(pane, "exit", ("exit",), None)
             if diagnosed == "send.keys":

@@ -34,6 +34,7 @@ from stateful import meter
 from stateful.plain_checks import walk_items
 from stateful.arguments import milliseconds
 from stateful.reference.bundle import build_bundle
+from stateful.waiting import Wait
 
 ORIGIN = "omnigent://internal"
 HEADERS = {"Origin": ORIGIN}
@@ -151,16 +152,21 @@ def register_inline_agent(
 
 
 def _poll(what: str, probe: Any, timeout: float) -> Any:
-    """Probe until done; intervals grow from 2 ms to ``POLL_INTERVAL`` (fast turns answer fast)."""
-    deadline = time.monotonic() + timeout
+    """Probe until done; intervals grow from 2 ms to ``POLL_INTERVAL`` (fast turns answer fast). A
+    time-out is a verdict that the thing never happened: it rests on two probes at least, the last
+    begun after ``timeout`` (:class:`stateful.waiting.Wait`; a slow probe never uses the time up alone)."""
+    wait = Wait(timeout)
     interval = 0.002
     last: Any = None
     while True:
+        began = wait.look()
         done, last = probe()
+        wait.looked(began)
         if done:
             return last
-        if time.monotonic() >= deadline:
-            raise TurnTimeout(f"timed out after {timeout} s waiting for {what}; last seen: {last!r}"[:4000])
+        if wait.over(began):
+            raise TurnTimeout(f"timed out after {timeout} s waiting for {what} ({wait.looks} probes, the last "
+                              f"begun {wait.waited:.1f} s in); last seen: {last!r}"[:4000])
         meter.sleep(interval, "turn-end poll")
         interval = min(interval * 2, POLL_INTERVAL)
 
@@ -287,7 +293,12 @@ def poll_session_until_terminal(
         outcome = turn_outcome(snapshot, response_id)
         return outcome is not None, outcome or {"status": snapshot.get("status")}
 
-    return dict(_poll(f"turn {response_id} of {session_id} to end", ended, timeout))
+    outcome = dict(_poll(f"turn {response_id} of {session_id} to end", ended, timeout))
+    if not outcome["output"]:  # §2.6: the turn's last items (its reply) may show just after its end
+        again = ended()[1]
+        if again.get("status") == outcome["status"]:
+            outcome = dict(again)
+    return outcome
 
 
 def session_items(client: httpx.Client, session_id: str, *, page_size: int = 1000) -> list[dict[str, Any]]:
@@ -414,16 +425,18 @@ def _answers_200(client: httpx.Client, url: str, what: str) -> str | None:
 
 def _runner_online(client: httpx.Client, server_url: str, runner_id: str, wait: float) -> str | None:
     url = f"{server_url}/v1/runners/{runner_id}/status"
-    deadline = time.monotonic() + wait
+    waiting = Wait(wait)  # "not online" rests on two answers at least, the last asked for after the wait
     while True:
+        began = waiting.look()
         reply, problem = _probe(client, url, "the runner's status")
+        waiting.looked(began)
         if reply is not None:
             online = reply.status_code == 200 and _json_or_none(reply).get("online") is True
             if online:
                 return None
             problem = (f"runner {runner_id!r} is not online: {url} answered HTTP {reply.status_code} "
                        f"{reply.text[:200]!r} for {wait:.0f} s")
-        if time.monotonic() >= deadline:
+        if waiting.over(began):
             return problem
         time.sleep(0.2)
 

@@ -197,13 +197,11 @@ def _block(block: Block) -> list[str]:
                               "H the lines of history its pane holds (tmux's #{history_size}, read before and after "
                               "the turn: the same both times, so the pane held still meanwhile)", "    "))
         lines += [f"    sock, base = sock{block.agent}, base{block.agent}",
-                  "    deadline = time.monotonic() + POLL_DEADLINE",
-                  "    while True:",
+                  "    for _ in polled(POLL_DEADLINE):",
                   f"        held = {{p: history_size(sock[p]) for p in {block.held!r}}}",
                   f"        outs = {a}.turn({textwrap.indent(steps, '        ').lstrip()})",
-                  "        if held == {p: history_size(sock[p]) for p in held} or time.monotonic() > deadline:",
+                  "        if held == {p: history_size(sock[p]) for p in held}:",
                   "            break",
-                  "        time.sleep(POLL_INTERVAL)",
                   "    assert None not in held.values() and held == {p: history_size(sock[p]) for p in held}, (",
                   (f"        f'step {number}: the panes never held still for {{POLL_DEADLINE}} s (history sizes {{held}}), "
                    "or tmux does not answer at their sockets: read.rows-exact cannot be judged')"),
@@ -215,12 +213,10 @@ def _block(block: Block) -> list[str]:
         conditions = ", ".join(f"(lambda out: {k.expr})({_outputs(k, s, c)})"
                                for (s, c), found in sorted(block.checks.items()) for k in found)
         lines += [f"    sock, base = sock{block.agent}, base{block.agent}",
-                  "    deadline = time.monotonic() + POLL_DEADLINE",
-                  "    while True:",
+                  "    for _ in polled(POLL_DEADLINE):  # until it holds, or two turns, the last begun after the deadline",
                   f"        outs = {a}.turn({textwrap.indent(steps, '        ').lstrip()})",
-                  f"        if all([{conditions}]) or time.monotonic() > deadline:",
+                  f"        if all([{conditions}]):",
                   "            break",
-                  "        time.sleep(POLL_INTERVAL)",
                   *checks]
         return lines
     what = "the step that broke the contract" if block.final else "setup" if not block.checks else "checked"
@@ -249,13 +245,11 @@ _METHODS = (
     def check_events(self, launched: list, ended: list, base: list, message: str) -> None:
         """The session's resource events (§2.4) against every launch that said 'launched' and every
         terminal closed; missing ones are waited for (events may follow the calls that made them)."""
-        deadline = time.monotonic() + POLL_DEADLINE
-        while True:
+        for _ in polled(POLL_DEADLINE):
             events = [i for i in self.items(1000) if i.get("type") == "resource_event"]
             problem = events_problem(events, launched, ended, base)
-            if not (problem or "").startswith("events.recorded") or time.monotonic() >= deadline:
+            if not (problem or "").startswith("events.recorded"):
                 break
-            time.sleep(POLL_INTERVAL)
         assert problem is None, f"{problem} ({message})"
 '''),
     ("probe", '''
@@ -273,13 +267,11 @@ _METHODS = (
     def check_gone(self, pairs: list, message: str, within: float = 0.0) -> None:
         """No tmux server answers at the pairs' sockets and none of their noted processes runs (at
         once, or within ``within`` seconds: polled)."""
-        deadline = time.monotonic() + within
-        while True:
+        for _ in polled(within) if within else range(1):
             left = {pair: leftovers(*self.noted[tuple(pair)]) for pair in pairs}
             left = {pair: what for pair, what in left.items() if what}
-            if not left or time.monotonic() >= deadline:
+            if not left:
                 break
-            time.sleep(POLL_INTERVAL)
         assert not left, f"{message}: " + "; ".join(f"{pair}: {what}" for pair, what in left.items())
 '''),
 )
@@ -349,7 +341,8 @@ TERMINALS = {p.terminals!r}
 TURN_TIMEOUT = 120.0
 POLL_DEADLINE = 15.0
 """How long an "eventually" is polled (the tester's default)."""
-POLL_INTERVAL = 0.2
+REPLY_SHOWS = 2.0
+"""How long a completed turn's outputs are waited for among its items (the tester's default)."""
 PAGE_SIZES = (7, 2, 3, 1)
 
 
@@ -374,7 +367,10 @@ class Agent:
         outcome = poll_session_until_terminal(self.client, session_id=self.session_id, response_id=response_id,
                                               timeout=TURN_TIMEOUT)
         assert outcome["status"] == "completed", f"turn {{self.turns}} ended {{outcome}}"
-        outputs = {{i["call_id"]: i["output"] for i in self.items(1000) if i.get("type") == "function_call_output"}}
+        for _ in polled(REPLY_SHOWS):  # §2.6: a turn's last items may show just after its status says it ended
+            outputs = {{i["call_id"]: i["output"] for i in self.items(1000) if i.get("type") == "function_call_output"}}
+            if all(i in outputs for cids in ids for i in cids):
+                break
         return [[_parsed(outputs.get(i)) for i in cids] for cids in ids]
 
     def items(self, limit: int) -> list:

@@ -17,10 +17,30 @@ import inspect
 import os
 import re
 import subprocess
+import time
 from collections import Counter
 from typing import Any
 
-__all__ = ["NEEDS", "events_problem", "history_size", "leftovers", "source", "terminal_processes", "walk_items"]
+__all__ = ["NEEDS", "events_problem", "history_size", "leftovers", "polled", "source", "terminal_processes",
+           "walk_items"]
+
+def polled(within: float, least: int = 2, interval: float = 0.2) -> Any:
+    """Yield once per look (the loop's body looks, and breaks once what it waits for shows) until a
+    verdict that it never showed is due: ``least`` looks made, the last of which *began* more than
+    ``within`` seconds after the first, plus the longest look (at most ``within`` more: a slow
+    server or machine gets that much longer). A look begun earlier may have been answered from an
+    earlier state however late its answer came, so a slow look never uses the time up alone. The
+    pauses run from start to start. The tester's own waits follow the same rule."""
+    start, looks, longest = time.monotonic(), 0, 0.0
+    while True:
+        began = time.monotonic()
+        looks += 1
+        yield looks
+        longest = max(longest, time.monotonic() - began)
+        if looks >= least and began > start + within + min(longest, within):
+            return
+        time.sleep(max(0.0, interval - (time.monotonic() - began)))
+
 
 def events_problem(events: list[Any], launched: list[Any], ended: list[Any], base: list[Any]) -> str | None:
     """What breaks CONTRACT §2.4 in one session's ``resource_event`` items (in order), as
@@ -170,6 +190,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
 
 
 def source(kinds: set[str]) -> str:
-    """The text of the functions that checks of ``kinds`` (keys of :data:`NEEDS`) use, each once."""
-    names = list(dict.fromkeys(n for kind in NEEDS if kind in kinds for n in NEEDS[kind]))
+    """The text of the functions that checks of ``kinds`` (keys of :data:`NEEDS`) use, each once, after
+    :func:`polled`, which every repro's waits use."""
+    names = list(dict.fromkeys(["polled", *(n for kind in NEEDS if kind in kinds for n in NEEDS[kind])]))
     return "\n\n".join(inspect.getsource(globals()[n]) for n in names)

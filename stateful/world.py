@@ -13,6 +13,7 @@ through it, with the run's poll deadline (or a tighter bound the contract gives)
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -24,6 +25,7 @@ from stateful import strategies as gen
 from stateful.model import Call, Ledger, SessionModel, pair_name
 from stateful.targets.base import AgentSession, Target
 from stateful.targets.probe import Probe, ProcRef
+from stateful.waiting import Wait
 
 __all__ = [
     "DECLARED", "LAUNCH", "SEND", "READ", "LIST", "CLOSE", "MachineConfig", "PairRef", "Typed", "Shell", "Agent",
@@ -167,6 +169,10 @@ class Transcript:
         self._repeats = 0
 
 
+RECENT_TURNS = 8
+"""How many of the last turns' durations measure the run's slowness (:meth:`World.slowness`)."""
+
+
 class World:
     """One run's state outside the model, and its means of observation."""
 
@@ -187,6 +193,10 @@ class World:
         self.owners: dict[str, tuple[int, str, str]] = {}
         """Marker uid -> the (agent, terminal, session) it was typed into."""
         self.transcript = Transcript()
+        self.recent_turns: deque[float] = deque(maxlen=RECENT_TURNS)
+        """Seconds the last turns took (:meth:`timed_turn`)."""
+        self.last_wait: Wait | None = None
+        """The last wait of :meth:`eventually` (how long it waited, how many looks: for a verdict's message)."""
 
     def probe_on(self, socket: str) -> bool:
         """Whether ground truth is available (decided once, from the first socket a launch named)."""
@@ -197,30 +207,57 @@ class World:
 
     def eventually(self, what: str, probe: Callable[[], T | None],
                    within: float | None = None, *, tried: bool = False) -> tuple[T | None, int]:
-        """Call ``probe`` until it gives a value (not None) or ``within`` seconds (default: the poll
-        deadline) pass; return the value (None on time-out) and how many more attempts the first
-        one took. The pauses grow from 50 ms to 500 ms, start to start: quick where the answer is quick, and the
-        deadline, not the pause, bounds the wait. Turns run by the probe that show nothing new are
-        folded into one line of the report; ``what`` names the wait in the run's statistics.
-        ``tried``: the caller made the first attempt already (the loop pauses before it asks again)."""
-        deadline = time.monotonic() + (self.cfg.poll_deadline if within is None else within)
-        polls = 1 if tried else 0
+        """Call ``probe`` until it gives a value (not None) or the wait is over; return the value (None
+        on time-out) and how many more attempts the first one took. The pauses grow from 50 ms to
+        500 ms, start to start: quick where the answer is quick, and the deadline, not the pause,
+        bounds the wait. Turns run by the probe that show nothing new are folded into one line of the
+        report; ``what`` names the wait in the run's statistics. ``tried``: the caller made the first
+        attempt already, right before (the loop pauses before it asks again).
+
+        A time-out is a verdict of absence ("never showed", "never removed"), so it rests on
+        evidence taken late enough (a :class:`stateful.waiting.Wait`): at least ``LOOKS`` attempts, the last
+        of which *began* after ``within`` seconds (default: the poll deadline) plus the measured
+        slowness (:meth:`slowness`, and the longest attempt of this wait). A slow probe or a busy
+        machine makes the wait longer, never shorter: the contract's times are the server's."""
+        wait = Wait(self.cfg.poll_deadline if within is None else within, self.slowness, looks=1 if tried else 0)
+        value: T | None = None
         self.transcript.folding = True
         try:
             if tried:
                 meter.sleep(0.05, "eventually")
             while True:
-                began = time.monotonic()
+                began = wait.look()
                 value = probe()
-                if value is not None or time.monotonic() > deadline:
+                wait.looked(began)
+                if value is not None or wait.over(began):
                     break
-                polls += 1  # the interval runs from start to start: a slow probe is not followed by a sleep too
-                meter.sleep(max(0.0, min(0.05 * polls, 0.5) - (time.monotonic() - began)), "eventually")
+                # the interval runs from start to start: a slow probe is not followed by a sleep too
+                meter.sleep(max(0.0, min(0.05 * wait.looks, 0.5) - (time.monotonic() - began)), "eventually")
         finally:
             self.transcript.folding = False
             self.transcript.flush()
+        polls = wait.looks - 1
+        self.last_wait = wait
         event(f"{what}: " + (f"after {bucket(polls)} polls" if value is not None else "timed out"))
         return value, polls
+
+    def waited(self) -> str:
+        """How long the last wait of :meth:`eventually` looked, in words (a verdict of absence says so)."""
+        wait = self.last_wait
+        if wait is None:
+            return f"{self.cfg.poll_deadline:.0f} s"
+        return f"{wait.waited:.1f} s ({wait.looks} looks, the last begun after its deadline)"
+
+    def timed_turn(self, seconds: float) -> None:
+        """Note how long a turn took (post to end seen, or the call on an in-process target): the
+        server's and the machine's slowness as the run measures it (:meth:`slowness`)."""
+        self.recent_turns.append(seconds)
+
+    def slowness(self) -> float:
+        """Seconds the waits for an "eventually" grow by: the longest of the last ``RECENT_TURNS``
+        turns (a server or machine that is slow now takes that much longer to show anything, and a
+        probe's own turn takes that long to see it)."""
+        return max(self.recent_turns, default=0.0)
 
     def panes(self, agent: Agent) -> dict[str, str]:
         """What tmux shows in each of the agent's panes (for a hang's report)."""

@@ -7,16 +7,20 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from stateful.waiting import Wait
+
 T = TypeVar("T")
 
 
 def poll(predicate: Callable[[], T], timeout: float = 10.0, what: str = "condition", *,
          interval: float = 0.02) -> T:
-    deadline = time.monotonic() + timeout
+    wait = Wait(timeout)  # "not met" rests on two looks at least, the last begun after the timeout
     while True:
+        began = wait.look()
         value = predicate()
+        wait.looked(began)
         if value:
             return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"{what}: not met within {timeout} s (last value: {value!r})")
+        if wait.over(began):
+            raise AssertionError(f"{what}: not met within {timeout} s ({wait.looks} looks, last value: {value!r})")
         time.sleep(interval)

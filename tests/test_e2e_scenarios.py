@@ -30,6 +30,7 @@ from stateful.e2e import (
     unique_name,
 )
 from stateful.model import resource_base_id
+from stateful.waiting import Wait
 
 TURN_TIMEOUT = 60.0
 """Per turn; omnigent's first turn may take 25 s on a loaded 2-core machine (CONTRACT §4)."""
@@ -65,17 +66,17 @@ class Agent:
 
     def read_until(self, terminal: str, session: str, found: Callable[[str], bool], what: str) -> str:
         """Read (one turn per read) until ``found(screen)``; the screen that showed it."""
-        import time
-
-        deadline = time.monotonic() + OUTPUT_DEADLINE
+        wait = Wait(OUTPUT_DEADLINE)  # "did not show" rests on two reads at least, the last begun after the deadline
         screen = ""
         while True:
+            began = wait.look()
             (result,) = self.turn(tool_call("sys_terminal_read", terminal=terminal, session=session))
+            wait.looked(began)
             assert "error" not in result, result
             screen = result["screen"]
             if found(screen):
                 return screen
-            assert time.monotonic() < deadline, f"{what} did not show within {OUTPUT_DEADLINE} s:\n{screen}"
+            assert not wait.over(began), f"{what} did not show within {OUTPUT_DEADLINE} s:\n{screen}"
 
 
 @pytest.fixture
@@ -229,10 +230,12 @@ def _processes_mentioning(fragment: str) -> list[str]:
 def _wait_gone(socket_path: str) -> list[str]:
     import time
 
-    deadline = time.monotonic() + OUTPUT_DEADLINE
+    wait = Wait(OUTPUT_DEADLINE)  # what is left is only reported after a look begun after the deadline
     while True:
+        began = wait.look()
         left = _processes_mentioning(os.path.dirname(socket_path))
-        if not left or time.monotonic() > deadline:
+        wait.looked(began)
+        if not left or wait.over(began):
             return left
         time.sleep(0.05)
 

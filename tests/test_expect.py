@@ -165,4 +165,5 @@ def test_a_list_polled_until_an_exited_pair_went_is_polled_so_by_the_repro_too()
     assert settled.clause == "list.exit-removed"
     assert holds(settled, [], {}, []) and not holds(settled, json.loads(exiting), {}, [])
     text = written(ops, "view.terminals", [START[1], exit_shell[1], later[1]])
-    assert f"if all([(lambda out: {settled.expr})(outs[0][0])]) or time.monotonic() > deadline:" in text
+    assert f"        if all([(lambda out: {settled.expr})(outs[0][0])]):\n            break" in text
+    assert "    for _ in polled(POLL_DEADLINE):" in text  # two turns at least, the last begun after the deadline

@@ -14,7 +14,9 @@ the ``machine`` section). There are two ways, chosen per turn:
   late in a ci program), keeps what it gets (items are records: each is fetched once) and reads the
   snapshot, whose status says how the turn ended (§2.6), once the turn's final text reply is among
   them (and every ``SNAPSHOT_EVERY`` seconds before that, for a turn that fails without a reply; if
-  that snapshot says it ended, the items are fetched once more). Polls are spaced from start to
+  that snapshot says it ended, the items are fetched once more, §2.6, and for a completed turn again
+  until its reply shows, up to ``REPLY_SHOWS``). A hang is reported only from a poll sent after the
+  step's deadline (:class:`stateful.waiting.Wait`'s rule). Polls are spaced from start to
   start, from 2 ms up to 10 ms (a fifth of the turn's time so far once that is longer, up to 100 ms),
   so a slow answer is not followed by a sleep as well; once an items poll takes ``PAIR_RTT`` or more
   with no time left between polls, each fetches the snapshot beside it.
@@ -73,6 +75,7 @@ from stateful.recording import Recorder
 from stateful.reference.bundle import build_bundle
 from stateful.targets.base import AgentSession, ServerError, Step, StepTimeout, Target, TargetError
 from stateful.targets.direct import BASHRC
+from stateful.waiting import Wait
 
 __all__ = ["SessionsTarget", "SH_TERMINAL"]
 
@@ -120,6 +123,9 @@ POOLS = (("spare", 1), ("beside", SIDE_THREADS), ("page", PAGE_THREADS))
 runner's status check beside it), requests beside the tester's own (a walk among them, which waits
 for its pages) and the walks' pages (which wait for nothing). Closing the target ends them in this
 order, each after those that may wait for it."""
+REPLY_SHOWS = 2.0
+"""Seconds a completed turn's final reply is waited for among its items once the snapshot said it ended
+(§2.6; the contract gives no bound: the tester's own, in the manner of the server's other bounds)."""
 POLL_SHARE, POLL_LATE = 0.2, 0.1
 """A turn that has run for a while is polled every ``POLL_SHARE`` of its time so far, up to ``POLL_LATE``
 seconds: its end is seen at most 20 % late, and a real server's turn of 0.4-1.5 s is not met with 25
@@ -413,9 +419,9 @@ class HttpSession(AgentSession):
                 snapshot_at = time.monotonic() + SNAPSHOT_EVERY
             if outcome is not None:
                 if not replied:  # it ended after the items' answer was made: the rest of its items
-                    self._fetch_new()
+                    self._fetch_after_end(began, outcome)
                 return outcome
-            finished, deadline, expired = self._advance(ids, finished, deadline, step_timeout)
+            finished, deadline, expired = self._advance(ids, finished, deadline, step_timeout, polled)
             if expired:
                 raise self._hang(steps, ids, step_timeout, f"timed out waiting for turn {response_id} to end; {last}")
             meter.sleep(max(0.0, interval - (time.monotonic() - polled)), "turn-end poll")
@@ -434,16 +440,18 @@ class HttpSession(AgentSession):
         post = self._t.beside(self._post, tag)
         response_id: str | None = None
         posted = False
-        polls: deque[tuple[str | None, futures.Future[list[dict[str, Any]]], futures.Future[Any]]] = deque()
+        polls: deque[tuple[float, str | None, futures.Future[list[dict[str, Any]]], futures.Future[Any]]] = deque()
         next_at, last = started + self._t.rtt / OVERLAP, "no snapshot yet"
+        observed = started  # when the newest poll judged was sent
         try:
             while True:
                 now = time.monotonic()
                 if now >= next_at and len(polls) < OVERLAP:
                     cursor = self._items[-1].get("id") if self._items else None
-                    polls.append((cursor, self._t.beside(self._items_after, cursor), self._t.beside(self._snapshot)))
+                    polls.append((now, cursor, self._t.beside(self._items_after, cursor),
+                                  self._t.beside(self._snapshot)))
                     next_at = now + max(self._t.rtt / OVERLAP, min((now - started) * POLL_SHARE, POLL_LATE))
-                head = [post] if response_id is None else list(polls[0][1:]) if polls else []
+                head = [post] if response_id is None else list(polls[0][2:]) if polls else []
                 if not head:  # every poll sent so far has been judged
                     meter.sleep(max(0.0, next_at - now), "turn-end poll")
                     continue
@@ -454,20 +462,36 @@ class HttpSession(AgentSession):
                         continue
                     posted = True
                     response_id = post.result()
-                while polls and all(f.done() for f in polls[0][1:]):
-                    cursor, items, snapshot = polls.popleft()
+                while polls and all(f.done() for f in polls[0][2:]):
+                    observed, cursor, items, snapshot = polls.popleft()
                     self._merge(cursor, items.result())
                     outcome, last = self._judged(snapshot.result(), response_id)
                     if outcome is not None:
                         if not self._replied(began):
-                            self._fetch_new()  # it ended after the items' answer was made
+                            self._fetch_after_end(began, outcome)  # it ended after the items' answer was made
                         return outcome
-                finished, deadline, expired = self._advance(ids, finished, deadline, step_timeout)
+                finished, deadline, expired = self._advance(ids, finished, deadline, step_timeout, observed)
                 if expired:
                     raise self._hang(steps, ids, step_timeout,
                                      f"timed out waiting for turn {response_id or tag} to end; {last}")
         finally:  # whatever ended the turn: what is still in flight is answered later
-            self._strays += [f for poll in polls for f in poll[1:]] + ([] if posted else [post])
+            self._strays += [f for poll in polls for f in poll[2:]] + ([] if posted else [post])
+
+    def _fetch_after_end(self, began: int, outcome: Mapping[str, Any]) -> None:
+        """The items once more, after the snapshot said the turn ended (§2.6: nothing promises that a
+        turn's last items are visible at the instant its status first reads ``idle``). A completed turn
+        whose reply is still not among them (``began``: the index of its first item) is fetched again
+        until it shows, or until a :class:`~stateful.waiting.Wait` of ``REPLY_SHOWS`` seconds (grown
+        with the server's round trip) is over: the outputs still missing then are judged
+        (``items.calls``) on evidence taken late enough."""
+        wait = Wait(REPLY_SHOWS, lambda: self._t.rtt)
+        while True:
+            looked = wait.look()
+            self._fetch_new()
+            wait.looked(looked)
+            if outcome.get("status") != "completed" or self._replied(began) or wait.over(looked):
+                return
+            meter.sleep(max(0.0, min(0.05 * wait.looks, 0.5) - (time.monotonic() - looked)), "turn-end poll")
 
     def _items_after(self, cursor: str | None) -> list[dict[str, Any]]:
         """The items after ``cursor`` (all, if None), in pages of 1000; the round trip measured (the
@@ -503,14 +527,17 @@ class HttpSession(AgentSession):
             future.result()
 
     def _advance(self, ids: list[list[str]], finished: int, deadline: float,
-                 step_timeout: float) -> tuple[int, float, bool]:
+                 step_timeout: float, observed: float) -> tuple[int, float, bool]:
         """The steps finished now (all of their calls have outputs), the deadline, whether it has
-        passed: each step that finishes gives the next one ``step_timeout`` seconds."""
+        passed: each step that finishes gives the next one ``step_timeout`` seconds. ``observed``:
+        when the newest poll judged was sent; a hang is a verdict of absence, so only a poll sent
+        after the deadline can prove it (one sent before may have been answered from an earlier
+        state, however late its answer came)."""
         have = {i.get("call_id") for i in self._items if i.get("type") == "function_call_output"}
         now_finished = _steps_done(ids, have)
         if now_finished > finished:
             return now_finished, time.monotonic() + step_timeout, False
-        return finished, deadline, time.monotonic() >= deadline
+        return finished, deadline, observed >= deadline
 
     def _fetch_new_and_outcome(self, response_id: str) -> tuple[dict[str, Any] | None, str]:
         """:meth:`_fetch_new` and :meth:`_outcome` at once, the snapshot in the target's side thread.
