@@ -24,6 +24,7 @@ from typing import Any
 __all__ = ["NEEDS", "events_problem", "history_size", "leftovers", "polled", "source", "terminal_processes",
            "walk_items"]
 
+
 def polled(within: float, least: int = 2, interval: float = 0.2) -> Any:
     """Yield once per look (the loop's body looks, and breaks once what it waits for shows) until a
     verdict that it never showed is due: ``least`` looks made, the last of which *began* more than
