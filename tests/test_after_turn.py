@@ -98,7 +98,7 @@ def test_a_correct_launch_passes_every_check_and_moves_the_model() -> None:
     assert [j.value["status"] for j in judged[0]] == ["launched"]
     assert [p.key for p in agent.model.alive()] == [("bash", "a")]
     assert list(agent.shells) == [agent.model.pair("bash", "a").instance]  # track_shells
-    assert agent.ledger.created  # the event was matched to the launch
+    assert agent.ledger.id_of(agent.model.pair("bash", "a").instance) == "terminal_bash_a"  # matched to the launch
 
 
 def test_a_wrong_output_names_its_clause_and_where() -> None:
