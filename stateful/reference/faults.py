@@ -43,8 +43,8 @@ FAULTS: dict[str, str] = {
 }
 
 VARIANTS: dict[str, str] = {
-    "unnamed-resources": "resource events and /resources/terminals entries leave the pair (terminal, session) "
-                         "out: only the resource id names it (§2.4 leaves the content of 'resource' open)",
+    "unnamed-resources": "resource events leave the pair (terminal, session) out of 'resource': only the "
+                         "resource id names it (§2.4 leaves the content of 'resource' open)",
 }
 
 

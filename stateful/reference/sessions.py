@@ -319,10 +319,6 @@ class SessionService:
                     "tmux_socket": info.tmux_socket,
                 }
             )
-            if faults.enabled("unnamed-resources"):
-                # Variant (no fault): the view names its terminals by resource id alone, as the
-                # events do (§2.8 fixes no shape for its entries).
-                del resources[-1]["terminal"], resources[-1]["session"]
         if faults.enabled("view-keeps-closed"):
             # Planted fault: the view is a cache that adds what it sees and never drops a terminal.
             seen = self._views.setdefault(session_id, {})
