@@ -837,8 +837,9 @@ def reconcile_events(model: SessionModel, ledger: Ledger, events: Sequence[Event
     """Match new events to launched/ended instances in every way they allow (narrowing the
     ledger's assignments); raise on an event that no assignment explains.
 
-    An event that names its pair (``resource.terminal``/``resource.session``) matches that pair's
-    instances only; one that does not may belong to any instance whose pair its id fits. A verdict
+    An event that names a launched pair (``resource.terminal``/``resource.session``) matches that
+    pair's instances only; one that does not (the keys are missing, or hold something else: §2.4
+    leaves ``resource`` open) may belong to any instance whose pair its id fits. A verdict
     comes only once no assignment is left: whatever order the server launched id siblings in, the
     assignment of that order survives every event a correct server records."""
     assignments = list(ledger.assignments)
@@ -852,6 +853,8 @@ def reconcile_events(model: SessionModel, ledger: Ledger, events: Sequence[Event
             continue
         if ev.event_type not in (CREATED_EVENT, DELETED_EVENT):
             fail("events.recorded", f"unknown resource event type {ev.event_type!r}")
+        if not any((i.terminal, i.session) == (ev.terminal, ev.session) for i in model.instances):
+            ev = replace(ev, terminal=None, session=None)  # names no pair of the session: matched by id alone
         survivors: dict[Assignment, None] = {}
         contradiction: _Contradicted | None = None
         for assignment in assignments:

@@ -151,3 +151,13 @@ def test_an_exiting_sibling_keeps_both_assignments_open_until_the_deleted_events
     done = reconcile_events(after_close, rec.ledger, [*events, deleted(BASE)])
     assert not done.missing and len(done.ledger.assignments) == 1
 
+
+
+def test_names_that_name_no_launched_pair_are_not_relied_on() -> None:
+    """§2.4 leaves ``resource`` open: a ``session`` key holding the agent session's id, or a
+    ``terminal`` alone, names no pair, and the event is matched by its id as an unnamed one."""
+    after_close = close(SIBLINGS, A)
+    odd = [EventView(CREATED, BASE, "bash", "sess_123"), EventView(CREATED, SECOND, "bash:%1", None)]
+    turns((SIBLINGS, odd), (after_close, [EventView(DELETED, SECOND, "bash", "sess_123")]))
+    with pytest.raises(ContractViolation, match="events.ids"):
+        turns((SIBLINGS, [EventView(CREATED, "terminal_bash_x", "bash", "x")]))
