@@ -311,19 +311,29 @@ def check_view(world: World, agent: Agent) -> None:
     view = agent.session.terminals_view()
     if view is None:
         return
-    ids = {}
-    for number, rid in agent.ledger.created:
-        inst = agent.model.instances[number]
-        pair = agent.model.pair(inst.terminal, inst.session)
-        if pair is not None and pair.instance == number:
-            ids[(inst.terminal, inst.session)] = rid
     baseline = agent.model.baseline
-    problem = checks.view_problem(view, [p.key for p in agent.model.alive()], ids, baseline,
-                                  lambda rid: any(resource_id_fits(rid, t, s) for t, s in baseline))
-    if problem:
-        fail("view.terminals", f"agent {agent.index}: {problem}")
+    problems = [checks.view_problem(view, [p.key for p in agent.model.alive()], ids, baseline,
+                                    lambda rid: any(resource_id_fits(rid, t, s) for t, s in baseline))
+                for ids in _live_ids(agent)]
+    if None not in problems:  # the view agrees with no assignment of the events to the pairs
+        fail("view.terminals", f"agent {agent.index}: {problems[0]}")
     event("view: agrees with list")
     exercised("view.terminals")
+
+
+def _live_ids(agent: Agent) -> list[dict[tuple[str, str], str]]:
+    """Each live pair's resource id, in every assignment of the events that the ledger still allows
+    (id siblings launched together may hold their ids either way round)."""
+    every = []
+    for assignment in agent.ledger.assignments:
+        ids = {}
+        for number, rid in assignment.live:
+            inst = agent.model.instances[number]
+            pair = agent.model.pair(inst.terminal, inst.session)
+            if pair is not None and pair.instance == number:
+                ids[(inst.terminal, inst.session)] = rid
+        every.append(ids)
+    return every
 
 
 def await_gone(world: World, agent: Agent, number: int, shell: Shell, *, at_once: bool = False) -> None:

@@ -43,6 +43,7 @@ __all__ = [
     "judge",
     "judge_step",
     "EventView",
+    "Assignment",
     "Ledger",
     "reconcile_events",
     "resource_base_id",
@@ -769,86 +770,166 @@ class EventView:
     session: str | None = None
 
 
-@dataclass(frozen=True)
-class Ledger:
-    """Which events were already matched to which instance."""
+CREATED_EVENT = "session.resource.created"
+DELETED_EVENT = "session.resource.deleted"
 
-    consumed: int = 0
-    created: tuple[tuple[int, str], ...] = ()
-    """(instance, resource id) for every created event seen."""
-    deleted: frozenset[int] = frozenset()
-    ignored: int = 0
+
+@dataclass(frozen=True)
+class Assignment:
+    """One way of matching the resource events seen so far to the instances that caused them.
+
+    A server that leaves the pair out of ``resource`` (§2.4 leaves its content open) names an event
+    by its id alone, and id siblings (pairs whose ids collide under ``safe()``, ``'%1'`` and
+    ``'_%1_'``) launched in one reply may get ``terminal_bash_1`` and ``terminal_bash_1_2`` in either
+    order: each order is one assignment. Instances whose deleted event was seen are kept only as a
+    number: their id no longer matters, so assignments that differ only there are one."""
+
+    live: tuple[tuple[int, str], ...] = ()
+    """(instance, resource id) of every instance whose created event was seen and deleted event not."""
+    done: frozenset[int] = frozenset()
+    """Instances whose created and deleted events were both seen."""
+
+    def has_created(self, number: int) -> bool:
+        return number in self.done or any(n == number for n, _ in self.live)
 
     def id_of(self, instance: int) -> str | None:
-        for number, rid in self.created:
+        for number, rid in self.live:
             if number == instance:
                 return rid
         return None
 
 
 @dataclass(frozen=True)
+class Ledger:
+    """What the events seen so far allow: every assignment of them to instances that no event
+    contradicted yet (never empty: :func:`reconcile_events` fails when none is left)."""
+
+    consumed: int = 0
+    assignments: tuple[Assignment, ...] = (Assignment(),)
+    ignored: int = 0
+
+    def id_of(self, instance: int) -> str | None:
+        """The live instance's resource id, if every assignment gives it the same one."""
+        ids = {a.id_of(instance) for a in self.assignments}
+        return ids.pop() if len(ids) == 1 else None
+
+
+@dataclass(frozen=True)
 class Reconciled:
     ledger: Ledger
     missing: tuple[str, ...]
-    """Events the contract requires that were not seen yet (the caller polls, then fails)."""
+    """Events the contract requires that were not seen yet (the caller polls, then fails): none if
+    some assignment needs no more events, else those of the assignment that needs the fewest."""
     labels: tuple[str, ...] = ()
     pending: frozenset[int] = frozenset()
-    """The instances whose events are missing."""
+    """The instances whose events are missing in some assignment."""
+
+
+@dataclass(frozen=True)
+class _Contradicted:
+    """Why an event fits no extension of an assignment (raised through ``fail`` once none is left)."""
+
+    clause: str
+    headline: str
 
 
 def reconcile_events(model: SessionModel, ledger: Ledger, events: Sequence[EventView]) -> Reconciled:
-    """Match new events to launched/ended instances; raise on an event the contract forbids."""
-    created = list(ledger.created)
-    deleted = set(ledger.deleted)
+    """Match new events to launched/ended instances in every way they allow (narrowing the
+    ledger's assignments); raise on an event that no assignment explains.
+
+    An event that names a launched pair (``resource.terminal``/``resource.session``) matches that
+    pair's instances only; one that does not (the keys are missing, or hold something else: §2.4
+    leaves ``resource`` open) may belong to any instance whose pair its id fits. A verdict
+    comes only once no assignment is left: whatever order the server launched id siblings in, the
+    assignment of that order survives every event a correct server records."""
+    assignments = list(ledger.assignments)
     ignored = ledger.ignored
     labels: list[str] = []
-    maybe = model.maybe_ended()
     baseline_ids = {resource_base_id(t, s) for t, s in model.baseline}
     for ev in events[ledger.consumed:]:
         base_ok = any(ev.resource_id == b or ev.resource_id.startswith(b + "_") for b in baseline_ids)
         if (ev.terminal, ev.session) in model.baseline or (ev.terminal is None and base_ok):
             ignored += 1
             continue
-        if ev.event_type == "session.resource.created":
-            have = {n for n, _ in created}
-            candidates = [i for i in model.instances if i.number not in have and
-                          (ev.terminal is None or (i.terminal, i.session) == (ev.terminal, ev.session)) and
-                          resource_id_fits(ev.resource_id, i.terminal, i.session)]
-            if not candidates:
-                fail("events.ids", f"created event {ev} matches no launched terminal (ids follow §2.4: "
-                                   "terminal_<safe(name)>_<safe(key)>[_n])")
-            inst = candidates[0]
-            live_ids = {rid: n for n, rid in created
-                        if n not in deleted and n not in model.ended and n not in maybe}
-            if ev.resource_id in live_ids:
-                other = model.instances[live_ids[ev.resource_id]]
-                fail("events.unique-ids",
-                     f"resource id {ev.resource_id!r} of {pair_name(inst.terminal, inst.session)} is already the id "
-                     f"of the live {pair_name(other.terminal, other.session)}: ids must be unique among live terminals")
-            created.append((inst.number, ev.resource_id))
-            labels.append("events: created" + (" (disambiguated)" if ev.resource_id != resource_base_id(inst.terminal, inst.session) else ""))
-        elif ev.event_type == "session.resource.deleted":
-            matches = [n for n, rid in created if rid == ev.resource_id and n not in deleted and
-                       (ev.terminal is None or (model.instances[n].terminal, model.instances[n].session) == (ev.terminal, ev.session))]
-            if not matches:
-                fail("events.recorded", f"deleted event {ev} matches no live created terminal (or is a duplicate)")
-            endable = [n for n in matches if n in model.ended or n in maybe]
-            if not endable:
-                inst = model.instances[matches[0]]
-                fail("events.recorded", f"deleted event {ev} for {pair_name(inst.terminal, inst.session)}, which is alive")
-            deleted.add(endable[0])
-            labels.append("events: deleted")
-        else:
+        if ev.event_type not in (CREATED_EVENT, DELETED_EVENT):
             fail("events.recorded", f"unknown resource event type {ev.event_type!r}")
-    have = {n for n, _ in created}
-    unmade = [i.number for i in model.instances if i.number not in have]
-    undeleted = [n for n in sorted(model.ended) if n not in deleted]
+        if not any((i.terminal, i.session) == (ev.terminal, ev.session) for i in model.instances):
+            ev = replace(ev, terminal=None, session=None)  # names no pair of the session: matched by id alone
+        survivors: dict[Assignment, None] = {}
+        contradiction: _Contradicted | None = None
+        for assignment in assignments:
+            extended = _extend(model, assignment, ev)
+            if isinstance(extended, _Contradicted):
+                contradiction = contradiction or extended
+                continue
+            survivors.update(dict.fromkeys(extended))
+        if not survivors:
+            assert contradiction is not None
+            fail(contradiction.clause, contradiction.headline)
+        assignments = list(survivors)
+        labels.append(_event_label(model, ev, len(assignments)))
+    needs = [_missing(model, a) for a in assignments]
+    fewest = min(needs, key=lambda need: len(need[0]))
+    pending = frozenset(n for _, numbers in needs for n in numbers)
+    return Reconciled(Ledger(len(events), tuple(assignments), ignored), fewest[0], tuple(labels), pending)
+
+
+def _names(ev: EventView, instance: Instance) -> bool:
+    """Whether the event may be the instance's: it names no pair, or names the instance's."""
+    return ev.terminal is None or (instance.terminal, instance.session) == (ev.terminal, ev.session)
+
+
+def _extend(model: SessionModel, assignment: Assignment, ev: EventView) -> list[Assignment] | _Contradicted:
+    """Every assignment that ``assignment`` plus the event ``ev`` can be, or why there is none."""
+    maybe = model.maybe_ended()
+    if ev.event_type == CREATED_EVENT:
+        candidates = [i for i in model.instances if not assignment.has_created(i.number) and _names(ev, i)
+                      and resource_id_fits(ev.resource_id, i.terminal, i.session)]
+        if not candidates:
+            return _Contradicted("events.ids", f"created event {ev} matches no launched terminal (ids follow §2.4: "
+                                               "terminal_<safe(name)>_<safe(key)>[_n])")
+        for number, rid in assignment.live:
+            if rid == ev.resource_id and number not in model.ended and number not in maybe:
+                inst, other = candidates[0], model.instances[number]
+                return _Contradicted(
+                    "events.unique-ids",
+                    f"resource id {ev.resource_id!r} of {pair_name(inst.terminal, inst.session)} is already the id "
+                    f"of the live {pair_name(other.terminal, other.session)}: ids must be unique among live terminals")
+        return [replace(assignment, live=tuple(sorted((*assignment.live, (i.number, ev.resource_id)))))
+                for i in candidates]
+    matches = [n for n, rid in assignment.live if rid == ev.resource_id and _names(ev, model.instances[n])]
+    if not matches:
+        return _Contradicted("events.recorded",
+                             f"deleted event {ev} matches no live created terminal (or is a duplicate)")
+    endable = [n for n in matches if n in model.ended or n in maybe]
+    if not endable:
+        inst = model.instances[matches[0]]
+        return _Contradicted("events.recorded",
+                             f"deleted event {ev} for {pair_name(inst.terminal, inst.session)}, which is alive")
+    return [Assignment(tuple(entry for entry in assignment.live if entry[0] != n), assignment.done | {n})
+            for n in endable]
+
+
+def _event_label(model: SessionModel, ev: EventView, assignments: int) -> str:
+    """For ``hypothesis.event``: the kind of event, and whether its id was disambiguated or left
+    id siblings' order open."""
+    if ev.event_type == DELETED_EVENT:
+        return "events: deleted" + (" (siblings' order open)" if assignments > 1 else "")
+    based = any(ev.resource_id == resource_base_id(i.terminal, i.session) for i in model.instances)
+    return ("events: created" + ("" if based else " (disambiguated)")
+            + (" (siblings' order open)" if assignments > 1 else ""))
+
+
+def _missing(model: SessionModel, assignment: Assignment) -> tuple[tuple[str, ...], frozenset[int]]:
+    """The events that ``assignment`` still needs (launches with no created event, ended instances
+    with no deleted event), and those instances."""
+    unmade = [i.number for i in model.instances if not assignment.has_created(i.number)]
+    undeleted = [n for n in sorted(model.ended) if n not in assignment.done]
     missing = [f"created for {pair_name(model.instances[n].terminal, model.instances[n].session)} (launch #{n})"
                for n in unmade]
     missing += [f"deleted for {pair_name(model.instances[n].terminal, model.instances[n].session)} (launch #{n})"
                 for n in undeleted]
-    return Reconciled(Ledger(len(events), tuple(created), frozenset(deleted), ignored), tuple(missing), tuple(labels),
-                      frozenset(unmade + undeleted))
+    return tuple(missing), frozenset(unmade + undeleted)
 
 
 class UnsupportedServer(Exception):

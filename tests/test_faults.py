@@ -274,6 +274,9 @@ class Plant:
     more than one for a race, whose program fails only when the timing lets it."""
     program: tuple[str, ...] = ()
     """Target ``replay`` only: the known short program that the sessions target replays (no hunt)."""
+    variants: tuple[str, ...] = ()
+    """Variants of the reference stack (``faults.VARIANTS``: other behaviours the contract allows)
+    switched on beside the fault: where the fault shows only on a server that takes that path."""
 
     @property
     def key(self) -> str:
@@ -310,6 +313,7 @@ PLANTS = [  # longest hunts first (they start first: the pool ends together, not
     Plant("closed-still-listed", "direct", ("list.registered",)),
     Plant("items-page-gap", "sessions", ("items.pagination",)),
     Plant("list-sorted", "direct", ("list.order", "list.baseline")),
+    Plant("sibling-deletes-swapped", "direct", ("events.recorded",), shrinks=10, variants=("unnamed-resources",)),
 ]
 GAPS: dict[str, tuple[str, str, str]] = {}
 """Faults the machine does not find with the ci profile: out of the suite, not hidden (docs/faults.md).
@@ -385,7 +389,7 @@ class Hunter:
     def _run(self, plant: Plant) -> tuple[Hunt, float, str]:
         name = plant.key or "control"
         out, log = self._workdir / f"{name}.json", self._workdir / f"{name}.log"
-        env = {k: v for k, v in os.environ.items() if k != "STATEFUL_FAULTS"}
+        env = {k: v for k, v in os.environ.items() if k not in ("STATEFUL_FAULTS", "STATEFUL_VARIANTS")}
         env["TMPDIR"] = self._temp_root
         started = time.monotonic()
         with open(log, "wb") as sink:
@@ -587,7 +591,7 @@ def _main(fault: str, kind: str, budget: str, out: str) -> None:
         result = replay(fault, plant.program, Path(out).parent / "plain" / fault)
     else:
         plant = next(p for p in PLANTS if p.fault == fault)
-        result = hunt(kind, (fault,), budget=float(budget), shrinks=plant.shrinks, plain_dir=Path(out).parent / "plain",
+        result = hunt(kind, (fault, *plant.variants), budget=float(budget), shrinks=plant.shrinks, plain_dir=Path(out).parent / "plain",
                       tries=plant.tries)
         tries = plant.tries
     if result.plain.endswith(".py"):  # replayed here, in parallel with the other hunts

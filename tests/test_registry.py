@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from stateful.reference import faults
 from stateful.reference import registry as registry_module
 from stateful.reference.registry import (
     LaunchFailed,
@@ -239,6 +240,22 @@ def test_resource_ids_are_unique_among_live_terminals(
     ]
     assert terminal_events[4].resource["session"] == "a b"
     assert terminal_events[5].resource["session"] == "a;b"
+
+
+def test_the_unnamed_resources_variant_leaves_the_pair_out_and_the_swap_fault_swaps_siblings_ids(
+    terminal_registry: TerminalRegistry, bash_spec: TerminalSpec, terminal_events: list[ResourceEvent]
+) -> None:
+    """The variant ``unnamed-resources`` (no fault): events name their pair by id alone. The planted
+    fault ``sibling-deletes-swapped``: the first of two live id siblings closed records the other's
+    id, the other then the first's."""
+    with faults.activated("unnamed-resources", "sibling-deletes-swapped"):
+        ids = [terminal_registry.launch("s1", bash_spec, name).resource_id for name in ("%1", "_%1_", "x")]
+        assert ids == ["terminal_bash_1", "terminal_bash_1_2", "terminal_bash_x"]
+        for name in ("%1", "x", "_%1_"):
+            assert terminal_registry.close("s1", "bash", name)
+    assert [(e.event_type, e.resource_id) for e in terminal_events[3:]] == [
+        (DELETED, "terminal_bash_1_2"), (DELETED, "terminal_bash_x"), (DELETED, "terminal_bash_1")]
+    assert all("terminal" not in e.resource and "session" not in e.resource for e in terminal_events)
 
 
 # --------------------------------------------------------------------------------------------

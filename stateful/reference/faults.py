@@ -4,6 +4,11 @@ They exist to prove that the state machine finds bugs (``tests/test_faults.py``)
 named in the ``STATEFUL_FAULTS`` environment variable (comma-separated) when this module is first
 imported; tests may also switch them with :func:`activated`. When off, a check costs one frozenset
 lookup.
+
+Beside them, *variants*: switches that make the reference stack take another path the contract
+allows (``STATEFUL_VARIANTS=a,b``, or :func:`activated` too), so that the tester is exercised
+against servers that differ from the reference where the contract leaves room. A variant is no
+bug: the machine must stay green with it on.
 """
 
 from __future__ import annotations
@@ -34,24 +39,31 @@ FAULTS: dict[str, str] = {
     "view-keeps-closed": "/resources/terminals keeps showing a terminal after it was closed",
     "delete-keeps-terminals": "DELETE of an agent session leaves its terminals running",
     "outputs-completion-order": "the outputs of concurrent calls are paired with call ids in the order they completed",
+    "sibling-deletes-swapped": "the deleted events of two live id siblings carry each other's resource id",
+}
+
+VARIANTS: dict[str, str] = {
+    "unnamed-resources": "resource events leave the pair (terminal, session) out of 'resource': only the "
+                         "resource id names it (§2.4 leaves the content of 'resource' open)",
 }
 
 
-def _from_environment() -> frozenset[str]:
-    names = frozenset(n.strip() for n in os.environ.get("STATEFUL_FAULTS", "").split(",") if n.strip())
-    unknown = sorted(names - FAULTS.keys())
+def _from_environment(variable: str, known: dict[str, str], kind: str) -> frozenset[str]:
+    names = frozenset(n.strip() for n in os.environ.get(variable, "").split(",") if n.strip())
+    unknown = sorted(names - known.keys())
     if unknown:
         raise SystemExit(
-            f"STATEFUL_FAULTS names unknown faults {unknown}; known: {sorted(FAULTS)}"
+            f"{variable} names unknown {kind} {unknown}; known: {sorted(known)}"
         )
     return names
 
 
-ACTIVE: frozenset[str] = _from_environment()
+ACTIVE: frozenset[str] = (_from_environment("STATEFUL_FAULTS", FAULTS, "faults")
+                          | _from_environment("STATEFUL_VARIANTS", VARIANTS, "variants"))
 
 
 def enabled(name: str) -> bool:
-    """Whether the planted fault ``name`` is switched on (a typo here is a programming error)."""
+    """Whether the planted fault or variant ``name`` is switched on (a typo here is a programming error)."""
     return name in ACTIVE
 
 
@@ -59,9 +71,9 @@ def enabled(name: str) -> bool:
 def activated(*names: str) -> Iterator[None]:
     """Switch faults on for the duration of a block (tests only; not thread-safe by design)."""
     global ACTIVE
-    unknown = sorted(set(names) - FAULTS.keys())
+    unknown = sorted(set(names) - FAULTS.keys() - VARIANTS.keys())
     if unknown:
-        raise ValueError(f"unknown faults {unknown}")
+        raise ValueError(f"unknown faults or variants {unknown}")
     previous = ACTIVE
     ACTIVE = previous | frozenset(names)
     try:

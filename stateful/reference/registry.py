@@ -155,12 +155,18 @@ class _Terminal:
     """No send yet: the first one waits for the program to read its input."""
     dirty: bool = False
     """A send since the last read: the next read waits for the screen to settle."""
+    deleted_id: str = ""
+    """Planted fault "sibling-deletes-swapped" only: the id its deleted event will carry instead."""
 
     @property
     def label(self) -> str:
         return f"{self.key[1]}:{self.key[2]}"
 
     def resource(self) -> dict[str, Any]:
+        if faults.enabled("unnamed-resources"):
+            # Variant (no fault): §2.4 leaves the content of `resource` open; a server may name
+            # the pair elsewhere or not at all, and then only the resource id tells events apart.
+            return {"tmux_socket": self.server.socket_path, "command": self.spec.command_line}
         return {
             "terminal": self.key[1],
             "session": self.key[2],
@@ -271,10 +277,10 @@ class TerminalRegistry:
 
     # -- events ---------------------------------------------------------------------------------
 
-    def _emit(self, entry: _Terminal, event_type: str) -> None:
+    def _emit(self, entry: _Terminal, event_type: str, resource_id: str | None = None) -> None:
         if self._on_event is None:
             return
-        event = ResourceEvent(entry.key[0], event_type, entry.resource_id, entry.resource())
+        event = ResourceEvent(entry.key[0], event_type, resource_id or entry.resource_id, entry.resource())
         try:
             self._on_event(event)
         except Exception:
@@ -577,8 +583,27 @@ class TerminalRegistry:
         if closing and faults.enabled("close-event-lost"):
             # Planted fault: close records no session.resource.deleted event.
             return True
-        self._emit(entry, DELETED)
+        resource_id = entry.deleted_id or entry.resource_id
+        if faults.enabled("sibling-deletes-swapped"):
+            # Planted fault: the deleted event takes the id of a live id sibling (a pair whose id
+            # collides with this one's before disambiguation), and that sibling's later takes this
+            # one's: two ids kept in one table by base id, swapped when the first is removed.
+            sibling = self._live_sibling(entry)
+            if sibling is not None:
+                resource_id, sibling.deleted_id = sibling.deleted_id or sibling.resource_id, resource_id
+        self._emit(entry, DELETED, resource_id)
         return True
+
+    def _live_sibling(self, entry: _Terminal) -> _Terminal | None:
+        """Planted fault "sibling-deletes-swapped" only: a registered pair of the entry's session
+        whose resource id has the same base (the entry is no longer registered)."""
+        session_id, terminal, session = entry.key
+        base = resource_base_id(terminal, session)
+        with self._lock:
+            for key, other in self._terminals.items():
+                if key[0] == session_id and resource_base_id(key[1], key[2]) == base:
+                    return other
+        return None
 
     def _retire_dead(self, entry: _Terminal) -> None:
         with self._pair(entry.key):
