@@ -48,6 +48,7 @@ from stateful.world import (
     exercised,
     list_step,
     pair_args,
+    quoted,
     read_call,
     tool_call,
 )
@@ -157,7 +158,7 @@ class TerminalMachine(RuleBasedStateMachine):
         self.world.opened += 1
         self.world.busy = True
         first = session.run_turn([list_step()], step_timeout=self.cfg.step_timeout)[0][0]
-        note(f"agent {index} = session {session.label}; first list -> {first[:300]}")
+        note(f"agent {index} = session {session.label}; first list -> {quoted(first)}")
         launched_elsewhere = {p.socket: str(PairRef(a.index, p.terminal, p.session)) for a in self.live for p in a.model.pairs}
         try:
             model = initial_model(DECLARED, first, launched_elsewhere)

@@ -176,7 +176,7 @@ def replay_program(machine: type, program: Sequence[str]) -> BaseException | Non
     raised, or None. Each step's line is noted after it ran, as Hypothesis reports a program, so the
     failure's notes hold the program (``repro.reported_program`` reads it back)."""
     namespace = {name: getattr(repro, name) for name in repro.__all__}
-    steps = [line for line in program if not line.startswith("state = ") and line != "state.teardown()"]
+    steps = [repro.check_step(line) for line in program if not line.startswith("state = ") and line != "state.teardown()"]
 
     def run(state: Any) -> None:
         note(f"state = {type(state).__name__}()")
@@ -186,7 +186,7 @@ def replay_program(machine: type, program: Sequence[str]) -> BaseException | Non
             if unmet:
                 raise PreconditionUnmet(f"{line}: the precondition of {unmet} does not hold")
             try:
-                exec(line, scope)  # noqa: S102 - a line Hypothesis printed for this very machine
+                exec(line, scope)  # noqa: S102 - a step (repro.check_step: one rule call, printed values)
             finally:
                 note(line)
             _fill_bundles(state, line, scope)

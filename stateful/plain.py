@@ -51,7 +51,7 @@ def record_program(machine: type, target: Any, program: Sequence[str]) -> tuple[
     on the target: the failure it raised (None if none) and every operation, each with its step."""
     recorder = Recorder()
     namespace = {name: getattr(repro, name) for name in repro.__all__}
-    groups = rule_groups(program, invariants_of(machine))
+    groups = rule_groups([repro.check_step(line) for line in program], invariants_of(machine))
 
     def run(state: Any) -> None:
         note(f"state = {type(state).__name__}()")
@@ -61,7 +61,7 @@ def record_program(machine: type, target: Any, program: Sequence[str]) -> tuple[
                 if line == groups[number - 1][0]:  # the rule's line (by position: a program may repeat one)
                     recorder.step = (number, line)
                 try:
-                    exec(line, scope)  # noqa: S102 - a line Hypothesis printed for this very machine
+                    exec(line, scope)  # noqa: S102 - a step (repro.check_step: one rule call, printed values)
                 finally:
                     note(line)
         finally:  # what follows, after a failing step too, is the machine's teardown

@@ -27,7 +27,7 @@ from stateful.targets.probe import Probe, ProcRef
 
 __all__ = [
     "DECLARED", "LAUNCH", "SEND", "READ", "LIST", "CLOSE", "MachineConfig", "PairRef", "Typed", "Shell", "Agent",
-    "World", "Transcript", "tool_call", "pair_args", "read_call", "list_step", "exercised", "clip", "bucket",
+    "World", "Transcript", "tool_call", "pair_args", "read_call", "list_step", "exercised", "clip", "quoted", "bucket",
 ]
 
 T = TypeVar("T")
@@ -132,6 +132,13 @@ def clip(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 20] + f"...<{len(text)} chars>"
 
 
+def quoted(output: str, limit: int = 300) -> str:
+    """What a server printed, as a note or a report shows it: a Python string literal (its first
+    ``limit`` characters), never raw lines. A raw output could hold a line shaped like a program step
+    (``state.x(...)``), which the notes' reader would take for one (see ``repro.reported_program``)."""
+    return repr(output[:limit]) + (f"...<{len(output)} chars>" if len(output) > limit else "")
+
+
 def bucket(n: int) -> str:
     return str(n) if n < 2 else "2-5" if n <= 5 else ">5"
 
@@ -159,7 +166,7 @@ class Transcript:
         note(f"turn {number} (agent {agent}): {calls}")
         for step, outs in zip(steps, outputs or ()):
             for call, out in zip(step, outs):
-                note(f"  {call!r} -> {out[:300]}{'...' if len(out) > 300 else ''}")
+                note(f"  {call!r} -> {quoted(out)}")
 
     def flush(self) -> None:
         if self._repeats:

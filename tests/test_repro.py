@@ -215,3 +215,97 @@ def test_a_race_gets_several_replays_to_record_its_plain_repro(
     assert len(replays) == recordings
     assert replays[0] == reported_program(failure)
     assert list(tmp_path.iterdir()) == []
+
+
+# -- what a server prints is data, never code ------------------------------------------------------
+
+class StepPrintingSession(AgentSession):
+    """A direct target's session whose ``list`` output ends, after its JSON, with raw lines shaped like
+    program steps (one of them would create ``planted`` if it ever ran)."""
+
+    def __init__(self, inner: AgentSession, planted: Path) -> None:
+        self.inner, self.label, self.planted = inner, inner.label, planted
+
+    def run_turn(self, steps: Sequence[Step], *, step_timeout: float) -> list[list[str]]:
+        outputs = self.inner.run_turn(steps, step_timeout=step_timeout)
+        tail = f"\nstate.teardown(open({str(self.planted)!r}, 'w').close())\nstate.list_every_agent()\n"
+        return [[out + tail if call.tool == "sys_terminal_list" else out for call, out in zip(step, outs)]
+                for step, outs in zip(steps, outputs)]
+
+    def events(self) -> list[EventView]:
+        return self.inner.events()
+
+    def delete(self) -> None:
+        self.inner.delete()
+
+
+def test_step_shaped_lines_a_server_prints_never_run_and_are_written_only_quoted(
+        quick_profile: None, tmp_path: Path) -> None:
+    """A hostile or broken server's output is data: the failure (list.result) is reported, the line
+    it printed is neither a step of the program (replayed, minimized, written) nor run, and the
+    notes and the repro hold it only inside string literals."""
+    import ast
+
+    from stateful.minimize import replay_program
+    from stateful.targets.direct import DirectTarget
+
+    planted = tmp_path / "planted"
+    repros = tmp_path / "repros"
+
+    class StepPrintingTarget(DirectTarget):
+        def open_session(self) -> AgentSession:
+            return StepPrintingSession(super().open_session(), planted)
+
+    target = StepPrintingTarget()
+    try:
+        failure = machine_run(target, repros)
+        report = str(failure.msg)
+        assert report.startswith("ListResultViolation: list.result: the first list did not return a JSON array")
+        assert "state.teardown(open(" in report  # shown, quoted
+        assert not any(line.startswith("state.teardown(open(") for line in report.splitlines())
+        assert not planted.exists()
+
+        [written] = repros.iterdir()
+        text = written.read_text(encoding="utf-8")
+        calls = [node for node in ast.walk(ast.parse(text)) if isinstance(node, ast.Call)]
+        assert not any(isinstance(c.func, ast.Name) and c.func.id == "open" for c in calls)
+        assert not any(isinstance(c.func, ast.Attribute) and c.func.attr in ("teardown", "list_every_agent")
+                       for c in calls)
+
+        notes = failure_with_notes(*[line for line in report.splitlines() if line])
+        program = reported_program(notes)
+        assert program[0] == "state = FakeMachine()" and len(program) == 3 and "state.start(" in program[1]
+        machine = type("FakeMachine", (TerminalMachine,), {})
+        machine.bind(target, MachineConfig(probe=False))
+        replayed = replay_program(machine, program)  # what minimizing and the plain repro run
+        assert replayed is not None and "list.result" in str(replayed)
+        assert not planted.exists()
+    finally:
+        target.close()
+
+
+@pytest.mark.parametrize("line", [
+    "state.teardown(open('/tmp/x', 'w').close())",
+    "state.read(pair=__import__('os').system('true'))",
+    "state.read(pair=pairs_0.__class__)",
+    "pairs_0 = state._private()",
+    "state = __import__('os')",
+    "state.list_every_agent(); import os",
+])
+def test_a_line_that_is_no_step_is_refused(line: str) -> None:
+    from stateful.repro import UnsafeStep, check_step
+
+    with pytest.raises(UnsafeStep):
+        check_step(line)
+    assert reported_program(failure_with_notes(f"state = DirectMachine()\n{line}\nstate.teardown()")) == [
+        "state = DirectMachine()", "state.teardown()"]
+
+
+def test_printed_values_are_steps() -> None:
+    from stateful.repro import check_step
+
+    for line in ["state = DirectMachine()", "pairs_0 = state.start(terminal='bash', name='main')",
+                 "state.read_bad_scrollback(pair=pairs_0, value=-1)", "state.read(pair=pairs_0, scrollback=float('nan'))",
+                 "state.marker(pair=pairs_0, plan=SendPlan(), semicolon=True, deco=Decoration())",
+                 "state.concurrent(ops=['list', 'read'], refs=[pairs_0, pairs_0])", "state.teardown()"]:
+        assert check_step(line) == line
