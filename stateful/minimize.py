@@ -193,7 +193,7 @@ def replay_program(machine: type, program: Sequence[str]) -> BaseException | Non
 
     try:
         run_once(machine, run)
-    except BaseException as failure:  # judged by the caller
+    except Exception as failure:  # noqa: BLE001 - judged by the caller (an interrupt ends the run: it propagates)
         return failure
     return None
 

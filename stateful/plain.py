@@ -70,7 +70,7 @@ def record_program(machine: type, target: Any, program: Sequence[str]) -> tuple[
     target.recorder = recorder
     try:
         run_once(machine, run)
-    except BaseException as failure:  # judged by the caller
+    except Exception as failure:  # noqa: BLE001 - judged by the caller (an interrupt ends the run: it propagates)
         return failure, recorder.ops
     finally:
         target.recorder = None

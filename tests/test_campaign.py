@@ -332,12 +332,46 @@ def test_a_campaign_ended_by_a_signal_reports_and_leaves_nothing_behind(
             os.killpg(run.pid, signal.SIGKILL)
             run.wait()
     output = log.read_text(errors="replace")
-    assert code == 0, output  # nothing failed on the correct stack before the signal
-    assert "campaign interrupted after" in output, output
+    assert code == 128 + signum, output  # nothing failed before the signal, and yet no pass: 130 / 143
+    assert "campaign interrupted after" in output and "no verdict of a pass" in output, output
     _nothing_left(run_root)
     data = json.loads((report_dir / "report.json").read_text())
     assert data["workers"] == 2 and data["elapsed_s"] < 600 and not data["failures"], data
+    assert data["interrupted"] is True, data
+    assert (report_dir / "report.md").read_text().startswith("# Campaign report: interrupted\n")
+    assert "interrupted" in (report_dir / "junit.xml").read_text()
     assert not list(run_root.glob("campaign-*")), "the run directory is left behind"
+
+
+@pytest.mark.parametrize("raised, status", [(RuntimeError("a bug of the tester"), None), (KeyboardInterrupt(), 130)])
+def test_the_run_directory_is_removed_on_every_path(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, raised: BaseException, status: int | None) -> None:
+    """Its config.json names the --db URL: it must not outlive the campaign, however the campaign ends
+    (an interrupt before the workers ran, or while the report is made, exits 130; an error of the
+    tester propagates with its traceback)."""
+    import argparse
+
+    from stateful.campaign import driver
+    from stateful.campaign.options import add_parser
+
+    made: list[Path] = []
+
+    def failing_campaign(args: object, run_dir: Path, *rest: object) -> int:
+        made.append(run_dir)
+        (run_dir / "config.json").write_text("{}", encoding="utf-8")
+        raise raised
+
+    monkeypatch.setattr(driver, "_campaign", failing_campaign)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # TMPDIR is read again
+    args = add_parser(argparse.ArgumentParser().add_subparsers()).parse_args(
+        ["--target", "direct", "--budget", "10", "--db", str(tmp_path / "db"), "--quiet"])
+    if status is None:
+        with pytest.raises(RuntimeError):
+            driver.run(args)
+    else:
+        assert driver.run(args) == status
+    assert made and not made[0].exists()
 
 
 def test_a_failure_saved_in_redis_is_replayed_first_by_the_next_campaign(
