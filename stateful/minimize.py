@@ -28,11 +28,12 @@ from hypothesis.errors import Flaky
 from hypothesis.internal.conjecture.data import ConjectureData
 from hypothesis.stateful import INVARIANT_MARKER, RULE_MARKER, run_state_machine_as_test
 
-from stateful import repro
+from stateful import repro, run_record
 from stateful.clauses import clause_of
 from stateful.shrinking import shrink_budget
 
-__all__ = ["FailingRun", "PreconditionUnmet", "drop_steps", "failing_run", "invariants_of", "replay_program", "reproduced", "rule_groups", "run_once", "shorter_failure"]
+__all__ = ["FailingRun", "PreconditionUnmet", "drop_steps", "failing_run", "invariants_of", "replay_program", "reproduced", "rule_groups", "run_once", "shorter_failure",
+           "unreproduced_report", "violations_in"]
 
 REPRODUCE_TRIES = 10
 """Replays of a program whose failure Hypothesis's final replay did not reproduce (see :func:`reproduced`)."""
@@ -44,6 +45,8 @@ there, with the program of its final replay)."""
 RESUME_SHRINK_SECONDS = 150.0
 """Most seconds a resumed search of :func:`reproduced` shrinks when it has a deadline (half the time left, at most)."""
 
+_TRIES = "stateful_reproduce_tries"
+"""The attribute in which :func:`reproduced` leaves, on a failure it could not break again, what each try gave."""
 _DEFINES = re.compile(r"^([\w, ]+) = state\.")
 _RULE = re.compile(r"^(?:[\w, ]+ = )?state\.(\w+)\(")
 
@@ -354,7 +357,22 @@ def reproduced(machine: type, failure: BaseException, tries: int = REPRODUCE_TRI
             return replayed
     failure.add_note(f"stateful: {len(outcomes)} tries did not break {', '.join(sorted(wanted)) or 'a clause'} again "
                      f"({'; '.join(outcomes) or 'nothing to replay: no program, no run'})")
+    setattr(failure, _TRIES, tuple(outcomes))
     return failure
+
+
+def unreproduced_report(failure: BaseException) -> str | None:
+    """The report of a violation :func:`reproduced` saw in ``failure`` (a ``Flaky``) and could not break
+    again (see :func:`stateful.run_record.unreproduced_report`: its first line says so, then the
+    violation, the program as it ran, its transcript and last screens); None if ``failure`` holds no
+    violation or was never given to :func:`reproduced`. It is a failure all the same: it was seen."""
+    outcomes: tuple[str, ...] | None = getattr(failure, _TRIES, None)
+    violations = violations_in(failure)
+    if outcomes is None or not violations:
+        return None
+    recorded = [error for error in violations if (record := run_record.record_of(error)) is not None and record.steps]
+    tries = sum(1 for outcome in outcomes if outcome != "deadline")
+    return run_record.unreproduced_report((recorded or violations)[0], tries, outcomes)
 
 
 def _parts(failure: BaseException) -> list[BaseException]:
@@ -369,6 +387,11 @@ def _parts(failure: BaseException) -> list[BaseException]:
         todo += list(getattr(error, "exceptions", ()))
         todo += [e for e in (error.__cause__, error.__context__) if e is not None]
     return seen
+
+
+def violations_in(failure: BaseException) -> list[BaseException]:
+    """The contract violations in ``failure`` or anywhere within it (see :func:`_parts`)."""
+    return [error for error in _parts(failure) if clause_of(error) is not None]
 
 
 def _is_flaky(failure: BaseException) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -309,3 +310,79 @@ def test_printed_values_are_steps() -> None:
                  "state.marker(pair=pairs_0, plan=SendPlan(), semicolon=True, deco=Decoration())",
                  "state.concurrent(ops=['list', 'read'], refs=[pairs_0, pairs_0])", "state.teardown()"]:
         assert check_step(line) == line
+
+
+# -- a failure that does not come back ---------------------------------------------------------------
+
+class OnceWrongSession(AgentSession):
+    """A direct target's session; the target's ``wrong_at``-th ``list`` of all answers ``[`` (not
+    JSON), once: a violation that no replay meets again."""
+
+    def __init__(self, inner: AgentSession, target: OnceWrongTarget) -> None:
+        self.inner, self.label, self.target = inner, inner.label, target
+
+    def run_turn(self, steps: Sequence[Step], *, step_timeout: float) -> list[list[str]]:
+        outputs = self.inner.run_turn(steps, step_timeout=step_timeout)
+        answered = []
+        for step, outs in zip(steps, outputs):
+            answered.append([])
+            for call, out in zip(step, outs):
+                if call.tool == "sys_terminal_list":
+                    self.target.lists += 1
+                    out = "[" if self.target.lists == self.target.wrong_at else out
+                answered[-1].append(out)
+        return answered
+
+    def events(self) -> list[EventView]:
+        return self.inner.events()
+
+    def delete(self) -> None:
+        self.inner.delete()
+
+
+def once_wrong_target(wrong_at: int) -> Target:
+    from stateful.targets.direct import DirectTarget
+
+    class Once(DirectTarget):
+        lists = 0
+
+        def open_session(self) -> AgentSession:
+            return OnceWrongSession(super().open_session(), self)
+
+    target = Once()
+    target.wrong_at = wrong_at  # type: ignore[attr-defined]
+    return target
+
+
+OnceWrongTarget = Target  # the type the session refers to (a DirectTarget with a list counter)
+
+
+def test_a_violation_that_never_comes_back_is_reported_whole_and_fails_the_run(
+        quick_profile: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seen once, never again in the replays: the run fails all the same, and the report's first line
+    says so, then the violation, the program as it ran (the machine's own record, not Hypothesis's
+    empty one), its transcript and the last screens; no repro is written."""
+    import functools
+
+    from stateful import minimize, test_machine
+
+    monkeypatch.setattr(test_machine, "reproduced", functools.partial(minimize.reproduced, tries=2))
+    target = once_wrong_target(wrong_at=6)
+    settings.register_profile("test-repro-once", max_examples=5, database=None, deadline=None, stateful_step_count=6)
+    settings.load_profile("test-repro-once")
+    try:
+        failure = machine_run(target, tmp_path)
+    finally:
+        settings.load_profile("test-repro-quick")
+        target.close()
+    assert isinstance(failure, pytest.fail.Exception) and not failure.pytrace
+    report = str(failure.msg)
+    first, *rest = report.splitlines()
+    assert re.match(r"stateful: seen once, not reproduced in [1-4] replays: output\.json: list\(\{\}\) -> \[: ", first), report
+    assert rest[0].startswith("(the tries: ") and "passed" in rest[0], report
+    assert "OutputJsonViolation: output.json: list({}) -> [: the tool's output is not JSON" in report
+    program = report[report.index("The program as it ran"):report.index("Its transcript")]
+    assert "  pairs_0 = state.start(" in program and "  state.live_pairs_have_private_servers()" in program, report
+    assert "turn 1 (agent 0): launch(" in report and "-> '['" in report, report
+    assert report.endswith(test_machine.NOT_REPRODUCED)
+    assert list(tmp_path.iterdir()) == []

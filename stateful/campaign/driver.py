@@ -177,6 +177,8 @@ def _summary(report: CampaignReport, written: list[Path], interrupted: bool) -> 
     lines = [f"campaign {head} after {report.elapsed_s:g} s (budget {report.budget_s:g} s): {report.workers} workers, "
              f"{report.programs} programs, {report.steps} steps ({rate:.1f} steps/s)"]
     lines += [f"FAILED {f['clause']}: {f['message'][:200]}" + (f"\n  repro: {f['repro']}" if f.get("repro") else
+                                                                "\n  (no repro: its replays did not fail again)"
+                                                                if f.get("reproduced") is False else
                                                                 "\n  (not shrunk: the budget ended first)")
               + (f"\n  plain repro: {f['plain']}" if str(f.get("plain") or "").endswith(".py") else "")
               for f in report.failures]

@@ -18,7 +18,7 @@ from stateful.steering import TRIGGERS
 
 __all__ = ["CampaignReport", "build_report", "clause_outcomes", "exercised", "write_reports"]
 
-FAILURE_KEYS = ("clause", "message", "first_seen_s", "steps_found", "steps_shrunk", "shrink_s", "repro")
+FAILURE_KEYS = ("clause", "message", "first_seen_s", "steps_found", "steps_shrunk", "shrink_s", "repro", "reproduced")
 CLAUSE_EVENT = "clause: "
 
 
@@ -134,6 +134,7 @@ def markdown(report: CampaignReport) -> str:
         spent = (f" (Hypothesis's shrinking and replays {split.get('hypothesis')} s, step dropping "
                  f"{split.get('drop_steps')} s, writing the repros {split.get('repros')} s)" if split else "")
         shrunk = (f"shrunk to {f['steps_shrunk']} steps in {f.get('shrink_s')} s{spent}" if f.get("steps_shrunk") is not None
+                  else "seen once, not reproduced by its replays (no repro)" if f.get("reproduced") is False
                   else "not shrunk (the budget ended first)")
         lines += [f"### `{f['clause']}`", "",
                   f"found after {f.get('first_seen_s')} s in program {f.get('program')} of worker {f.get('worker')} "
