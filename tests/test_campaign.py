@@ -175,8 +175,9 @@ def test_the_steps_of_a_failing_program_count_the_rule_that_raised() -> None:
 
 def _report(directory: Path) -> dict[str, Any]:
     data = json.loads((directory / "report.json").read_text())
-    assert set(data) == {"budget_s", "elapsed_s", "workers", "programs", "steps", "failures", "known", "steered",
-                         "coverage"}
+    assert set(data) == {"budget_s", "elapsed_s", "interrupted", "workers", "programs", "steps", "failures", "known",
+                         "steered", "coverage"}
+    assert data["interrupted"] is False
     assert all(set(f) == set(FAILURE_KEYS) for f in data["failures"])
     assert data["programs"] > 0 and data["steps"] > 0 and data["workers"] == 2
     assert all(isinstance(v, int) and v > 0 for v in data["coverage"].values())
@@ -400,3 +401,41 @@ def test_coverage_counts_the_machines_labels_not_hypothesis_own_events() -> None
               "read: error scrollback": "", "Aborted test because unable to satisfy sampled_from(...)": "",
               "Draw for recursive(...) exceeded max_leaves=5 and had to be retried": ""}
     assert program_labels(events) == ["clause: send.sent", "read: error scrollback"]
+
+
+def test_a_campaign_records_a_violation_that_never_came_back_as_a_failure_reported_whole(tmp_path: Path) -> None:
+    """A worker's search ends in Hypothesis's Flaky (its replay of the violation passed): the worker
+    replays it as pytest stateful/ does, and when nothing comes back it records the failure all the
+    same (the campaign fails), without a repro, with the report that says so first."""
+    from hypothesis.errors import FlakyFailure
+
+    from hypothesis import settings
+
+    from stateful import run_record
+    from stateful.campaign.report import build_report, markdown
+    from stateful.campaign.worker import Worker, WorkerConfig, state_path
+    from stateful.clauses import violation
+    from stateful.machine import TerminalMachine
+
+    (tmp_path / "seen").mkdir()
+    config = WorkerConfig(target="direct", external=None, stack_latency=0.0, allowed=[], started=time.time(),
+                          deadline=time.time() + 60, shrink_budget=5.0, repro_dir=str(tmp_path / "repros"),
+                          db=str(tmp_path / "db"))
+    worker = Worker(tmp_path, 0, config)
+    seen_once = violation("send.keys", "payload output not shown within 10 s (1 reads)")
+    steps = ("pairs_0 = state.start(terminal='sh', name='main')", "state.payload(pair=pairs_0, payload='x')")
+    run_record.attach(seen_once, run_record.RunRecord(steps, ("turn 1 (agent 0): launch(...)",), (("sh:'main' of agent 0", "$ echo"),)))
+    worker.gate.run_claims.add("send.keys")
+    flaky = FlakyFailure("Hypothesis found 1 distinct failures, but they were not reproduced", [seen_once])
+
+    worker.record_flaky(TerminalMachine, None, flaky, settings())  # no program, no run: nothing to replay
+
+    [failure] = worker.failures
+    assert failure["clause"] == "send.keys" and failure["reproduced"] is False and failure["repro"] is None
+    assert failure["message"].startswith("stateful: seen once, not reproduced in 0 replays: send.keys: payload output")
+    assert "  state.payload(pair=pairs_0, payload='x')" in failure["report"]
+    assert "The last screen read of sh:'main' of agent 0:\n  | $ echo" in failure["report"]
+    saved = json.loads(state_path(tmp_path, 0).read_text())
+    assert saved["failures"][0]["reproduced"] is False
+    report = build_report(60, 1, 1, [saved], {"send.keys": {}}, [], [])
+    assert report.failed and "seen once, not reproduced" in markdown(report)
