@@ -177,9 +177,15 @@ def run_once(machine: type, program: Callable[[Any], None]) -> None:
 def replay_program(machine: type, program: Sequence[str]) -> BaseException | None:
     """Run a reported program once on a fresh ``machine`` (bound to its target); the failure it
     raised, or None. Each step's line is noted after it ran, as Hypothesis reports a program, so the
-    failure's notes hold the program (``repro.reported_program`` reads it back)."""
+    failure's notes hold the program (``repro.reported_program`` reads it back). A line that is no
+    step (``repro.check_step``: only a server's output could have made it) is refused before anything
+    runs: the ``UnsafeStep`` is returned, a failure of no clause."""
     namespace = {name: getattr(repro, name) for name in repro.__all__}
-    steps = [repro.check_step(line) for line in program if not line.startswith("state = ") and line != "state.teardown()"]
+    try:
+        checked = [repro.check_step(line) for line in program]
+    except repro.UnsafeStep as unsafe:  # nothing of it runs: a failure, of no clause
+        return unsafe
+    steps = [line for line in checked if not line.startswith("state = ") and line != "state.teardown()"]
 
     def run(state: Any) -> None:
         note(f"state = {type(state).__name__}()")

@@ -51,7 +51,10 @@ def record_program(machine: type, target: Any, program: Sequence[str]) -> tuple[
     on the target: the failure it raised (None if none) and every operation, each with its step."""
     recorder = Recorder()
     namespace = {name: getattr(repro, name) for name in repro.__all__}
-    groups = rule_groups([repro.check_step(line) for line in program], invariants_of(machine))
+    try:
+        groups = rule_groups([repro.check_step(line) for line in program], invariants_of(machine))
+    except repro.UnsafeStep as unsafe:  # nothing of it runs: a failure, of no clause
+        return unsafe, []
 
     def run(state: Any) -> None:
         note(f"state = {type(state).__name__}()")

@@ -294,10 +294,13 @@ def test_step_shaped_lines_a_server_prints_never_run_and_are_written_only_quoted
     "state.list_every_agent(); import os",
 ])
 def test_a_line_that_is_no_step_is_refused(line: str) -> None:
+    from stateful.minimize import replay_program
     from stateful.repro import UnsafeStep, check_step
 
     with pytest.raises(UnsafeStep):
         check_step(line)
+    program = ["state = DirectMachine()", "pairs_0 = state.start(terminal='bash', name='main')", line, "state.teardown()"]
+    assert isinstance(replay_program(TerminalMachine, program), UnsafeStep)  # refused before anything runs
     assert reported_program(failure_with_notes(f"state = DirectMachine()\n{line}\nstate.teardown()")) == [
         "state = DirectMachine()", "state.teardown()"]
 
