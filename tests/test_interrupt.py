@@ -20,6 +20,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TypeVar
 
 import pytest
@@ -274,3 +275,29 @@ def test_sigterm_while_a_failure_is_minimized_ends_the_run_and_leaves_nothing(ru
     assert code != 0 and "KeyboardInterrupt: interrupted by SIGTERM" in output, output
     assert "\nminimized\n" not in output, output
     assert not left, f"left of the run {MINIMIZE_END} s after SIGTERM: {left}"
+
+
+def _interrupted(*args: object, **kwargs: object) -> None:
+    raise KeyboardInterrupt("interrupted by SIGTERM")
+
+
+def test_an_interrupt_in_any_replay_ends_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The replays of the minimizing pass, of the plain repro's recording and of the benchmark's
+    programs catch what a program raised (a failure, judged later), never an interrupt."""
+    from contextlib import nullcontext
+
+    from stateful import bench_machine, minimize, plain
+    from stateful.machine import TerminalMachine
+
+    program = ["state = DirectMachine()", "pairs_0 = state.start(terminal='bash', name='main')", "state.teardown()"]
+    monkeypatch.setattr(minimize, "run_once", _interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        minimize.replay_program(TerminalMachine, program)
+    monkeypatch.setattr(plain, "run_once", _interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        plain.record_program(TerminalMachine, SimpleNamespace(recorder=None), program)
+    monkeypatch.setattr(bench_machine, "run_state_machine_as_test", _interrupted)
+    monkeypatch.setattr(bench_machine, "_target", lambda kind, latency: nullcontext(SimpleNamespace()))
+    monkeypatch.setattr(TerminalMachine, "bind", classmethod(lambda cls, target, config: None))
+    with pytest.raises(KeyboardInterrupt):
+        bench_machine.run_programs("direct", 0.0, 1, "interrupted")
