@@ -39,7 +39,10 @@ def _run(machine: type[TerminalMachine], target: Target, config: MachineConfig, 
     Only a contract violation (an AssertionError that is not a TargetError) is also written as a
     regression test (stateful/repro.py): a failure of the target (a hang, a server that broke or
     cannot be reached) is reported as what it is, and a replay of it would test the server's health,
-    not the contract. Anything else (an error of the tester itself) propagates with its traceback."""
+    not the contract. A violation Hypothesis could not replay (``Flaky``) is replayed until it fails
+    again (``minimize.reproduced``); one that never does fails the run all the same, reported whole
+    (``minimize.unreproduced_report``: "seen once, not reproduced in N replays" first), with no
+    regression test. Anything else (an error of the tester itself) propagates with its traceback."""
     machine.bind(target, config)
     unreproduced: str | None = None
     try:
