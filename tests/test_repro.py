@@ -6,14 +6,14 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
 from stateful.machine import MachineConfig, TerminalMachine
-from stateful.model import EventView
+from stateful.model import Call, EventView
 from stateful.repro import render_repro, reported_program, write_repro
 from stateful.targets.base import AgentSession, ServerError, Step, Target, TargetError
 
@@ -220,24 +220,33 @@ def test_a_race_gets_several_replays_to_record_its_plain_repro(
 
 # -- what a server prints is data, never code ------------------------------------------------------
 
-class StepPrintingSession(AgentSession):
-    """A direct target's session whose ``list`` output ends, after its JSON, with raw lines shaped like
-    program steps (one of them would create ``planted`` if it ever ran)."""
+class RewritingSession(AgentSession):
+    """A direct target's session whose every output passes through ``rewrite(call, output)`` (in the
+    order of the calls): a broken or hostile server made of the reference one."""
 
-    def __init__(self, inner: AgentSession, planted: Path) -> None:
-        self.inner, self.label, self.planted = inner, inner.label, planted
+    def __init__(self, inner: AgentSession, rewrite: Callable[[Call, str], str]) -> None:
+        self.inner, self.label, self.rewrite = inner, inner.label, rewrite
 
     def run_turn(self, steps: Sequence[Step], *, step_timeout: float) -> list[list[str]]:
         outputs = self.inner.run_turn(steps, step_timeout=step_timeout)
-        tail = f"\nstate.teardown(open({str(self.planted)!r}, 'w').close())\nstate.list_every_agent()\n"
-        return [[out + tail if call.tool == "sys_terminal_list" else out for call, out in zip(step, outs)]
-                for step, outs in zip(steps, outputs)]
+        return [[self.rewrite(call, out) for call, out in zip(step, outs)] for step, outs in zip(steps, outputs)]
 
     def events(self) -> list[EventView]:
         return self.inner.events()
 
     def delete(self) -> None:
         self.inner.delete()
+
+
+def rewriting_target(rewrite: Callable[[Call, str], str]) -> Target:
+    """A direct target whose sessions are :class:`RewritingSession` (outputs through ``rewrite``)."""
+    from stateful.targets.direct import DirectTarget
+
+    class Rewriting(DirectTarget):
+        def open_session(self) -> AgentSession:
+            return RewritingSession(super().open_session(), rewrite)
+
+    return Rewriting()
 
 
 def test_step_shaped_lines_a_server_prints_never_run_and_are_written_only_quoted(
@@ -248,16 +257,11 @@ def test_step_shaped_lines_a_server_prints_never_run_and_are_written_only_quoted
     import ast
 
     from stateful.minimize import replay_program
-    from stateful.targets.direct import DirectTarget
 
     planted = tmp_path / "planted"
     repros = tmp_path / "repros"
-
-    class StepPrintingTarget(DirectTarget):
-        def open_session(self) -> AgentSession:
-            return StepPrintingSession(super().open_session(), planted)
-
-    target = StepPrintingTarget()
+    tail = f"\nstate.teardown(open({str(planted)!r}, 'w').close())\nstate.list_every_agent()\n"
+    target = rewriting_target(lambda call, out: out + tail if call.tool == "sys_terminal_list" else out)
     try:
         failure = machine_run(target, repros)
         report = str(failure.msg)
@@ -317,47 +321,19 @@ def test_printed_values_are_steps() -> None:
 
 # -- a failure that does not come back ---------------------------------------------------------------
 
-class OnceWrongSession(AgentSession):
-    """A direct target's session; the target's ``wrong_at``-th ``list`` of all answers ``[`` (not
-    JSON), once: a violation that no replay meets again."""
+def once_wrong(wrong_at: int) -> Callable[[Call, str], str]:
+    """An output rewrite: the ``wrong_at``-th ``list`` of all answers ``[`` (not JSON), once: a
+    violation that no replay meets again."""
+    lists = 0
 
-    def __init__(self, inner: AgentSession, target: OnceWrongTarget) -> None:
-        self.inner, self.label, self.target = inner, inner.label, target
+    def rewrite(call: Call, output: str) -> str:
+        nonlocal lists
+        if call.tool != "sys_terminal_list":
+            return output
+        lists += 1
+        return "[" if lists == wrong_at else output
 
-    def run_turn(self, steps: Sequence[Step], *, step_timeout: float) -> list[list[str]]:
-        outputs = self.inner.run_turn(steps, step_timeout=step_timeout)
-        answered = []
-        for step, outs in zip(steps, outputs):
-            answered.append([])
-            for call, out in zip(step, outs):
-                if call.tool == "sys_terminal_list":
-                    self.target.lists += 1
-                    out = "[" if self.target.lists == self.target.wrong_at else out
-                answered[-1].append(out)
-        return answered
-
-    def events(self) -> list[EventView]:
-        return self.inner.events()
-
-    def delete(self) -> None:
-        self.inner.delete()
-
-
-def once_wrong_target(wrong_at: int) -> Target:
-    from stateful.targets.direct import DirectTarget
-
-    class Once(DirectTarget):
-        lists = 0
-
-        def open_session(self) -> AgentSession:
-            return OnceWrongSession(super().open_session(), self)
-
-    target = Once()
-    target.wrong_at = wrong_at  # type: ignore[attr-defined]
-    return target
-
-
-OnceWrongTarget = Target  # the type the session refers to (a DirectTarget with a list counter)
+    return rewrite
 
 
 def test_a_violation_that_never_comes_back_is_reported_whole_and_fails_the_run(
@@ -370,7 +346,7 @@ def test_a_violation_that_never_comes_back_is_reported_whole_and_fails_the_run(
     from stateful import minimize, test_machine
 
     monkeypatch.setattr(test_machine, "reproduced", functools.partial(minimize.reproduced, tries=2))
-    target = once_wrong_target(wrong_at=6)
+    target = rewriting_target(once_wrong(wrong_at=6))
     settings.register_profile("test-repro-once", max_examples=5, database=None, deadline=None, stateful_step_count=6)
     settings.load_profile("test-repro-once")
     try:
