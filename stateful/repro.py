@@ -16,6 +16,7 @@ The program's values print as constructor calls of the machine's own argument ty
 from __future__ import annotations
 
 import ast
+import builtins
 import dataclasses
 import hashlib
 import re
@@ -31,6 +32,10 @@ MAX_STEP_LINES = 200
 """The most lines one reported step is joined from."""
 STEP = re.compile(r"^(?:\w+(?:, *\w+)* = )?state(?:\.\w+\(| = \w+\(\))")
 """A line of the program Hypothesis reports (and nothing of the notes around it)."""
+BUNDLE_NAME = re.compile(r"[a-z]\w*_\d+")
+"""A name Hypothesis gives a rule's result (``pairs_0``)."""
+MACHINE = re.compile(r"[A-Z]\w*")
+"""The class a reported program starts with (``state = SessionsMachine()``; never a builtin)."""
 VALUE_NODES = (ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Name, ast.Load, ast.keyword,
                ast.UnaryOp, ast.USub, ast.UAdd, ast.Call)
 """What the values of a step's arguments are made of, as Hypothesis prints them: literals, bundle
@@ -82,8 +87,9 @@ def check_step(line: str) -> str:
         call = statement.value
     if not isinstance(call, ast.Call) or not _names_only(targets):
         raise UnsafeStep(f"not a step: {line[:300]!r}")
-    if any(isinstance(t, ast.Name) and t.id == "state" for t in targets):
-        if isinstance(call.func, ast.Name) and not call.args and not call.keywords:
+    if len(targets) == 1 and isinstance(targets[0], ast.Name) and targets[0].id == "state":
+        if (isinstance(call.func, ast.Name) and MACHINE.fullmatch(call.func.id) and not hasattr(builtins, call.func.id)
+                and not call.args and not call.keywords):
             return line  # state = SomeMachine()
         raise UnsafeStep(f"not a step: {line[:300]!r}")
     func = call.func
@@ -99,9 +105,10 @@ def check_step(line: str) -> str:
 
 
 def _names_only(targets: list[ast.expr]) -> bool:
-    """Whether an assignment's targets are plain names (``pairs_0 = ``, ``a, b = ``)."""
-    return all(isinstance(t, ast.Name) or (isinstance(t, ast.Tuple) and all(isinstance(e, ast.Name) for e in t.elts))
-               for t in targets)
+    """Whether an assignment's targets are bundle names (``pairs_0 = ``, ``a_0, a_1 = ``) or ``state``:
+    a step never rebinds anything else (``float``, an argument type)."""
+    names = [e for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
+    return all(isinstance(n, ast.Name) and (n.id == "state" or BUNDLE_NAME.fullmatch(n.id)) for n in names)
 
 
 def _is_step(line: str) -> bool:

@@ -296,6 +296,10 @@ def test_step_shaped_lines_a_server_prints_never_run_and_are_written_only_quoted
     "pairs_0 = state._private()",
     "state = __import__('os')",
     "state.list_every_agent(); import os",
+    "state = exit()",
+    "state = SystemExit()",
+    "float = state.start(terminal='bash', name='main')",
+    "state.read(pair=pairs_0)[0]",
 ])
 def test_a_line_that_is_no_step_is_refused(line: str) -> None:
     from stateful.minimize import replay_program
