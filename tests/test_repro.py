@@ -316,7 +316,7 @@ def test_a_line_that_is_no_step_is_refused(line: str) -> None:
 def test_printed_values_are_steps() -> None:
     from stateful.repro import check_step
 
-    for line in ["state = DirectMachine()", "pairs_0 = state.start(terminal='bash', name='main')",
+    for line in ["state = DirectMachine()", "state = Recording()", "pairs_0 = state.start(terminal='bash', name='main')",
                  "state.read_bad_scrollback(pair=pairs_0, value=-1)", "state.read(pair=pairs_0, scrollback=float('nan'))",
                  "state.marker(pair=pairs_0, plan=SendPlan(), semicolon=True, deco=Decoration())",
                  "state.concurrent(ops=['list', 'read'], refs=[pairs_0, pairs_0])", "state.teardown()"]:
