@@ -63,10 +63,11 @@ def recorded(machine: M) -> M:
 
 def _recording(function: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(function)
-    def step(self: Any, **arguments: Any) -> Any:
-        printed = ", ".join(f"{key}={self._pretty_print(value)}" for key, value in arguments.items())
-        self.steps.append(f"state.{function.__name__}({printed})")
-        return function(self, **arguments)
+    def step(self: Any, *values: Any, **arguments: Any) -> Any:
+        printed = [self._pretty_print(value) for value in values]
+        printed += [f"{key}={self._pretty_print(value)}" for key, value in arguments.items()]
+        self.steps.append(f"state.{function.__name__}({', '.join(printed)})")
+        return function(self, *values, **arguments)
 
     return step
 
