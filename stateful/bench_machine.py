@@ -110,7 +110,7 @@ def run_programs(kind: str | Server, latency: float, programs: int, label: str) 
             cpu, started = time.thread_time(), time.perf_counter()
             try:
                 run_state_machine_as_test(BenchMachine, settings=hypothesis_settings)
-            except BaseException as exc:  # a finding is reported, not a crash of the benchmark
+            except Exception as exc:  # noqa: BLE001 - a finding is reported, not a crash (an interrupt ends the benchmark)
                 failure = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
                 inner = [exc, *getattr(exc, "exceptions", ())]
                 print(f"# machine: {label} failed:\n" + "\n---\n".join(

@@ -17,20 +17,22 @@ picked whatever the config allows; a pair whose session was deleted is addressed
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
-from hypothesis import event, note
+from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from stateful import checks
+from stateful import checks, run_record
 from stateful import driving, steering
 from stateful import strategies as gen
 from stateful.after_turn import await_gone, check_private_servers, check_view, run_turn
 from stateful.clauses import fail
 from stateful.model import Call, ContractViolation, Judgement, Life, PairState, UnsupportedServer, initial_model
+from stateful.run_record import recorded
 from stateful.targets.base import Target, TargetError
 from stateful.world import (
     CLOSE,
@@ -48,6 +50,7 @@ from stateful.world import (
     exercised,
     list_step,
     pair_args,
+    quoted,
     read_call,
     tool_call,
 )
@@ -66,8 +69,10 @@ HISTORY_ROWS = 8000
 (the terminals' history limit is the contract's default, 10000)."""
 
 
+@recorded
 class TerminalMachine(RuleBasedStateMachine):
-    """Drives one target; subclasses bind it (see :meth:`bind`)."""
+    """Drives one target; subclasses bind it (see :meth:`bind`). Every rule and invariant it runs is
+    recorded in ``steps`` (:func:`stateful.run_record.recorded`)."""
 
     target: ClassVar[Target | None] = None
     config: ClassVar[MachineConfig] = MachineConfig()
@@ -88,6 +93,16 @@ class TerminalMachine(RuleBasedStateMachine):
         self.cfg = self.config
         self.world = World(self.target, self.config)
         self.rules_run = 0
+        self.steps: list[str] = []
+        """Each rule and invariant call so far, as Hypothesis prints a step (see :mod:`stateful.run_record`)."""
+
+    def _add_results_to_targets(self, targets: Any, results: Any) -> None:
+        """Hypothesis names a rule's result (``pairs_0``) here, after the rule returned: the recorded
+        step gets its name, as Hypothesis prints it (``pairs_0 = state.launch(...)``)."""
+        super()._add_results_to_targets(targets, results)
+        names = self._last_names(len(targets) * len(results))
+        if self.steps and names:
+            self.steps[-1] = " = ".join(names) + " = " + self.steps[-1]
 
     @property
     def live(self) -> list[Agent]:
@@ -157,7 +172,7 @@ class TerminalMachine(RuleBasedStateMachine):
         self.world.opened += 1
         self.world.busy = True
         first = session.run_turn([list_step()], step_timeout=self.cfg.step_timeout)[0][0]
-        note(f"agent {index} = session {session.label}; first list -> {first[:300]}")
+        self.world.transcript.add_line(f"agent {index} = session {session.label}; first list -> {quoted(first)}")
         launched_elsewhere = {p.socket: str(PairRef(a.index, p.terminal, p.session)) for a in self.live for p in a.model.pairs}
         try:
             model = initial_model(DECLARED, first, launched_elsewhere)
@@ -550,6 +565,12 @@ class TerminalMachine(RuleBasedStateMachine):
         other DELETE's error: a teardown drops nothing. After a failed rule nothing but that rule's
         failure is reported."""
         event(f"program: {self.rules_run // 10 * 10}+ rules")
+        ending = sys.exc_info()[1]
+        if ending is not None:  # the violation (or error) ending this run keeps what the run did
+            transcript = self.world.transcript
+            transcript.flush()
+            run_record.attach(ending, run_record.RunRecord(tuple(self.steps), tuple(transcript.lines),
+                                                           tuple(transcript.screens.items())))
         errors, target_failed = [], False
         violation: ContractViolation | None = None
         unexpected: Exception | None = None

@@ -28,11 +28,12 @@ from hypothesis.errors import Flaky
 from hypothesis.internal.conjecture.data import ConjectureData
 from hypothesis.stateful import INVARIANT_MARKER, RULE_MARKER, run_state_machine_as_test
 
-from stateful import repro
+from stateful import repro, run_record
 from stateful.clauses import clause_of
 from stateful.shrinking import shrink_budget
 
-__all__ = ["FailingRun", "PreconditionUnmet", "drop_steps", "failing_run", "invariants_of", "replay_program", "reproduced", "rule_groups", "run_once", "shorter_failure"]
+__all__ = ["FailingRun", "PreconditionUnmet", "drop_steps", "failing_run", "invariants_of", "replay_program", "reproduced", "rule_groups", "run_once", "shorter_failure",
+           "unreproduced_report", "violations_in"]
 
 REPRODUCE_TRIES = 10
 """Replays of a program whose failure Hypothesis's final replay did not reproduce (see :func:`reproduced`)."""
@@ -44,6 +45,8 @@ there, with the program of its final replay)."""
 RESUME_SHRINK_SECONDS = 150.0
 """Most seconds a resumed search of :func:`reproduced` shrinks when it has a deadline (half the time left, at most)."""
 
+_TRIES = "stateful_reproduce_tries"
+"""The attribute in which :func:`reproduced` leaves, on a failure it could not break again, what each try gave."""
 _DEFINES = re.compile(r"^([\w, ]+) = state\.")
 _RULE = re.compile(r"^(?:[\w, ]+ = )?state\.(\w+)\(")
 
@@ -174,9 +177,15 @@ def run_once(machine: type, program: Callable[[Any], None]) -> None:
 def replay_program(machine: type, program: Sequence[str]) -> BaseException | None:
     """Run a reported program once on a fresh ``machine`` (bound to its target); the failure it
     raised, or None. Each step's line is noted after it ran, as Hypothesis reports a program, so the
-    failure's notes hold the program (``repro.reported_program`` reads it back)."""
+    failure's notes hold the program (``repro.reported_program`` reads it back). A line that is no
+    step (``repro.check_step``: only a server's output could have made it) is refused before anything
+    runs: the ``UnsafeStep`` is returned, a failure of no clause."""
     namespace = {name: getattr(repro, name) for name in repro.__all__}
-    steps = [line for line in program if not line.startswith("state = ") and line != "state.teardown()"]
+    try:
+        checked = [repro.check_step(line) for line in program]
+    except repro.UnsafeStep as unsafe:  # nothing of it runs: a failure, of no clause
+        return unsafe
+    steps = [line for line in checked if not line.startswith("state = ") and line != "state.teardown()"]
 
     def run(state: Any) -> None:
         note(f"state = {type(state).__name__}()")
@@ -186,14 +195,14 @@ def replay_program(machine: type, program: Sequence[str]) -> BaseException | Non
             if unmet:
                 raise PreconditionUnmet(f"{line}: the precondition of {unmet} does not hold")
             try:
-                exec(line, scope)  # noqa: S102 - a line Hypothesis printed for this very machine
+                exec(line, scope)  # noqa: S102 - a step (repro.check_step: one rule call, printed values)
             finally:
                 note(line)
             _fill_bundles(state, line, scope)
 
     try:
         run_once(machine, run)
-    except BaseException as failure:  # judged by the caller
+    except Exception as failure:  # noqa: BLE001 - judged by the caller (an interrupt ends the run: it propagates)
         return failure
     return None
 
@@ -354,7 +363,22 @@ def reproduced(machine: type, failure: BaseException, tries: int = REPRODUCE_TRI
             return replayed
     failure.add_note(f"stateful: {len(outcomes)} tries did not break {', '.join(sorted(wanted)) or 'a clause'} again "
                      f"({'; '.join(outcomes) or 'nothing to replay: no program, no run'})")
+    setattr(failure, _TRIES, tuple(outcomes))
     return failure
+
+
+def unreproduced_report(failure: BaseException) -> str | None:
+    """The report of a violation :func:`reproduced` saw in ``failure`` (a ``Flaky``) and could not break
+    again (see :func:`stateful.run_record.unreproduced_report`: its first line says so, then the
+    violation, the program as it ran, its transcript and last screens); None if ``failure`` holds no
+    violation or was never given to :func:`reproduced`. It is a failure all the same: it was seen."""
+    outcomes: tuple[str, ...] | None = getattr(failure, _TRIES, None)
+    violations = violations_in(failure)
+    if outcomes is None or not violations:
+        return None
+    recorded = [error for error in violations if (record := run_record.record_of(error)) is not None and record.steps]
+    tries = sum(1 for outcome in outcomes if outcome != "deadline")
+    return run_record.unreproduced_report((recorded or violations)[0], tries, outcomes)
 
 
 def _parts(failure: BaseException) -> list[BaseException]:
@@ -369,6 +393,11 @@ def _parts(failure: BaseException) -> list[BaseException]:
         todo += list(getattr(error, "exceptions", ()))
         todo += [e for e in (error.__cause__, error.__context__) if e is not None]
     return seen
+
+
+def violations_in(failure: BaseException) -> list[BaseException]:
+    """The contract violations in ``failure`` or anywhere within it (see :func:`_parts`)."""
+    return [error for error in _parts(failure) if clause_of(error) is not None]
 
 
 def _is_flaky(failure: BaseException) -> bool:

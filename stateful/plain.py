@@ -51,7 +51,10 @@ def record_program(machine: type, target: Any, program: Sequence[str]) -> tuple[
     on the target: the failure it raised (None if none) and every operation, each with its step."""
     recorder = Recorder()
     namespace = {name: getattr(repro, name) for name in repro.__all__}
-    groups = rule_groups(program, invariants_of(machine))
+    try:
+        groups = rule_groups([repro.check_step(line) for line in program], invariants_of(machine))
+    except repro.UnsafeStep as unsafe:  # nothing of it runs: a failure, of no clause
+        return unsafe, []
 
     def run(state: Any) -> None:
         note(f"state = {type(state).__name__}()")
@@ -61,7 +64,7 @@ def record_program(machine: type, target: Any, program: Sequence[str]) -> tuple[
                 if line == groups[number - 1][0]:  # the rule's line (by position: a program may repeat one)
                     recorder.step = (number, line)
                 try:
-                    exec(line, scope)  # noqa: S102 - a line Hypothesis printed for this very machine
+                    exec(line, scope)  # noqa: S102 - a step (repro.check_step: one rule call, printed values)
                 finally:
                     note(line)
         finally:  # what follows, after a failing step too, is the machine's teardown
@@ -70,7 +73,7 @@ def record_program(machine: type, target: Any, program: Sequence[str]) -> tuple[
     target.recorder = recorder
     try:
         run_once(machine, run)
-    except BaseException as failure:  # judged by the caller
+    except Exception as failure:  # noqa: BLE001 - judged by the caller (an interrupt ends the run: it propagates)
         return failure, recorder.ops
     finally:
         target.recorder = None

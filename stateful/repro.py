@@ -16,6 +16,7 @@ The program's values print as constructor calls of the machine's own argument ty
 from __future__ import annotations
 
 import ast
+import builtins
 import dataclasses
 import hashlib
 import re
@@ -31,6 +32,19 @@ MAX_STEP_LINES = 200
 """The most lines one reported step is joined from."""
 STEP = re.compile(r"^(?:\w+(?:, *\w+)* = )?state(?:\.\w+\(| = \w+\(\))")
 """A line of the program Hypothesis reports (and nothing of the notes around it)."""
+BUNDLE_NAME = re.compile(r"[a-z]\w*_\d+")
+"""A name Hypothesis gives a rule's result (``pairs_0``)."""
+MACHINE = re.compile(r"[A-Z]\w*")
+"""The class a reported program starts with (``state = SessionsMachine()``; never a builtin)."""
+VALUE_NODES = (ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Name, ast.Load, ast.keyword,
+               ast.UnaryOp, ast.USub, ast.UAdd, ast.Call)
+"""What the values of a step's arguments are made of, as Hypothesis prints them: literals, bundle
+names (``pairs_0``) and calls of the argument types (or ``float('nan')``); nothing else runs."""
+
+
+class UnsafeStep(ValueError):
+    """A line shaped like a step that is not one: something else than one call of a public method of
+    ``state`` with printed values (what a server printed, never to be run)."""
 
 
 def _argument_types() -> dict[str, type]:
@@ -55,12 +69,64 @@ def _parses(code: str) -> bool:
     return True
 
 
+def check_step(line: str) -> str:
+    """``line`` if it is a step as Hypothesis prints one (``[names = ]state.rule(key=value, ...)``,
+    ``state = Machine()``), whose values are only literals, bundle names and calls of the argument
+    types; else :class:`UnsafeStep`. Every line is checked before it is run or written as code: a
+    server's output that got into a failure's notes must never become a step."""
+    try:
+        tree = ast.parse(line)
+    except SyntaxError:
+        raise UnsafeStep(f"a reported step is not one line of Python: {line[:300]!r}") from None
+    statement = tree.body[0] if len(tree.body) == 1 else None
+    targets: list[ast.expr] = []
+    call = None
+    if isinstance(statement, ast.Assign):
+        targets, call = statement.targets, statement.value
+    elif isinstance(statement, ast.Expr):
+        call = statement.value
+    if not isinstance(call, ast.Call) or not _names_only(targets):
+        raise UnsafeStep(f"not a step: {line[:300]!r}")
+    if len(targets) == 1 and isinstance(targets[0], ast.Name) and targets[0].id == "state":
+        if (isinstance(call.func, ast.Name) and MACHINE.fullmatch(call.func.id) and not hasattr(builtins, call.func.id)
+                and not call.args and not call.keywords):
+            return line  # state = SomeMachine()
+        raise UnsafeStep(f"not a step: {line[:300]!r}")
+    func = call.func
+    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "state"
+            and not func.attr.startswith("_") and not call.args and (func.attr != "teardown" or not call.keywords)):
+        raise UnsafeStep(f"not a step: {line[:300]!r}")
+    allowed = set(_argument_types()) | {"float"}
+    for node in (n for keyword in call.keywords for n in ast.walk(keyword.value)):
+        if not isinstance(node, VALUE_NODES) or (isinstance(node, ast.Call) and not (
+                isinstance(node.func, ast.Name) and node.func.id in allowed)):
+            raise UnsafeStep(f"a step's argument is not a printed value: {line[:300]!r}")
+    return line
+
+
+def _names_only(targets: list[ast.expr]) -> bool:
+    """Whether an assignment's targets are bundle names (``pairs_0 = ``, ``a_0, a_1 = ``) or ``state``:
+    a step never rebinds anything else (``float``, an argument type)."""
+    names = [e for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
+    return all(isinstance(n, ast.Name) and (n.id == "state" or BUNDLE_NAME.fullmatch(n.id)) for n in names)
+
+
+def _is_step(line: str) -> bool:
+    try:
+        check_step(line)
+    except UnsafeStep:
+        return False
+    return True
+
+
 def reported_program(failure: BaseException) -> list[str]:
     """The minimal program Hypothesis attached to ``failure`` (its notes), one line per step.
 
     A step whose arguments the pretty printer broke over several lines (the machine's own types
     print on one, a long list may not) is joined back into one line: the lines that follow it are
-    taken until the step parses as Python (at most ``MAX_STEP_LINES``).
+    taken until the step parses as Python (at most ``MAX_STEP_LINES``). A line that parses but is not
+    a step (:func:`check_step`: e.g. ``state.teardown(open(...))``, which only a server's output
+    could have put there) is left out.
     """
     lines = [line for note in getattr(failure, "__notes__", ()) for line in str(note).splitlines()]
     program: list[str] = []
@@ -76,6 +142,8 @@ def reported_program(failure: BaseException) -> list[str]:
             used += 1
         if _parses(step):
             i += used
+            if not _is_step(step):
+                continue
         else:
             step = line  # kept as reported: render_repro refuses a program that does not parse
         if step.startswith("state = "):
@@ -95,9 +163,8 @@ def render_repro(target: str, program: list[str], failure: BaseException) -> str
     if not program or not program[0].startswith("state = "):
         raise ValueError("no reported program to write (did the final run report its steps?)")
     body = [line for line in program[1:] if line != "state.teardown()"]
-    broken = [line for line in body if not _parses(line)]
-    if broken:
-        raise ValueError(f"a reported step is not one line of Python: {broken[0][:300]!r}")
+    for line in program:
+        check_step(line)  # a ValueError (UnsafeStep) for a line that is not one
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     summary = textwrap.indent(_summary(failure).replace('"""', "'''").replace("\\", "\\\\"), "    ")
     steps = textwrap.indent("\n".join(body) or "pass", "        ")

@@ -10,7 +10,7 @@ from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
 
 from stateful.machine import MachineConfig, TerminalMachine
-from stateful.minimize import reproduced, shorter_failure
+from stateful.minimize import reproduced, shorter_failure, unreproduced_report
 from stateful.plain import DEFAULT_CONFTEST, NoPlainForm, write_plain_repro
 from stateful.repro import reported_program, write_repro
 from stateful.shrinking import shrink_budget
@@ -18,6 +18,8 @@ from stateful.targets.base import Target, TargetError
 
 NOT_WRITTEN = ("stateful: a failure of the target, not a contract violation: "
                "no regression test was written")
+NOT_REPRODUCED = ("stateful: no regression test was written: the program did not break the contract again "
+                  "(the run fails all the same: the violation was seen)")
 
 
 class DirectMachine(TerminalMachine):
@@ -37,17 +39,23 @@ def _run(machine: type[TerminalMachine], target: Target, config: MachineConfig, 
     Only a contract violation (an AssertionError that is not a TargetError) is also written as a
     regression test (stateful/repro.py): a failure of the target (a hang, a server that broke or
     cannot be reached) is reported as what it is, and a replay of it would test the server's health,
-    not the contract. Anything else (an error of the tester itself) propagates with its traceback."""
+    not the contract. A violation Hypothesis could not replay (``Flaky``) is replayed until it fails
+    again (``minimize.reproduced``); one that never does fails the run all the same, reported whole
+    (``minimize.unreproduced_report``: "seen once, not reproduced in N replays" first), with no
+    regression test. Anything else (an error of the tester itself) propagates with its traceback."""
     machine.bind(target, config)
+    unreproduced: str | None = None
     try:
         with shrink_budget(shrink_seconds):  # a resumed search (see reproduced) shrinks within it too
             try:
                 run_state_machine_as_test(machine, settings=settings())
             except Flaky as flaky:  # a replay went otherwise than the run it replayed: a race, replayed until it fails again
                 again = reproduced(machine, flaky, hypothesis_settings=settings())
-                if again is flaky:
+                if again is not flaky:
+                    raise again from None
+                unreproduced = unreproduced_report(flaky)  # seen once: still a failure, reported whole
+                if unreproduced is None:
                     raise
-                raise again from None
     except TargetError as failure:
         report = failure_report(failure, NOT_WRITTEN)  # failed below, outside the handler: no chained report
     except AssertionError as caught:
@@ -59,7 +67,9 @@ def _run(machine: type[TerminalMachine], target: Target, config: MachineConfig, 
                 outcome += "\n" + plain_outcome(machine, target, failure, repro_dir, plain_conftest)
         report = failure_report(failure, outcome)
     else:
-        return
+        if unreproduced is None:
+            return
+        report = f"{unreproduced}\n{NOT_REPRODUCED}"
     pytest.fail(report, pytrace=False)
 
 

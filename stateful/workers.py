@@ -38,6 +38,8 @@ GRACE = 5.0
 INTERRUPTING = (signal.SIGINT, signal.SIGTERM)
 
 _interrupted = threading.Event()
+_signals: list[int] = []
+"""The signal that interrupted this process (see :func:`interrupted_by`)."""
 
 
 # -- in the run ------------------------------------------------------------------------------------
@@ -50,6 +52,7 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     follow it even then."""
     if _interrupted.is_set():
         return
+    _signals[:] = [signum]
     _interrupted.set()
     raise KeyboardInterrupt(f"interrupted by {signal.Signals(signum).name}")
 
@@ -65,6 +68,7 @@ def interrupt_on_signals() -> dict[int, Any]:
     if threading.current_thread() is not threading.main_thread():
         return {}
     _interrupted.clear()
+    _signals.clear()
     defaults = (signal.SIG_DFL, signal.default_int_handler)
     return {signum: signal.signal(signum, _interrupt)
             for signum in INTERRUPTING if signal.getsignal(signum) in defaults}
@@ -73,6 +77,13 @@ def interrupt_on_signals() -> dict[int, Any]:
 def interrupted() -> bool:
     """Whether :func:`_interrupt` has interrupted this process (the run is ending early)."""
     return _interrupted.is_set()
+
+
+def interrupted_status(default: int = signal.SIGINT) -> int:
+    """The exit status of a run that an interrupt ended: 128 + the signal's number, as a shell reports
+    a process the signal killed (130 for SIGINT, 143 for SIGTERM); ``default`` when no handler of
+    this module saw it (a KeyboardInterrupt raised by Python's own SIGINT handler)."""
+    return 128 + (_signals[0] if _signals else int(default))
 
 
 def restore_signals(previous: Mapping[int, Any]) -> None:

@@ -12,6 +12,7 @@ through it, with the run's poll deadline (or a tighter bound the contract gives)
 
 from __future__ import annotations
 
+import json
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -29,7 +30,7 @@ from stateful.waiting import Wait
 
 __all__ = [
     "DECLARED", "LAUNCH", "SEND", "READ", "LIST", "CLOSE", "MachineConfig", "PairRef", "Typed", "Shell", "Agent",
-    "World", "Transcript", "tool_call", "pair_args", "read_call", "list_step", "exercised", "clip", "bucket",
+    "World", "Transcript", "tool_call", "pair_args", "read_call", "list_step", "exercised", "clip", "quoted", "bucket",
 ]
 
 T = TypeVar("T")
@@ -134,39 +135,73 @@ def clip(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 20] + f"...<{len(text)} chars>"
 
 
+def quoted(output: str, limit: int = 300) -> str:
+    """What a server printed, as a note or a report shows it: a Python string literal (its first
+    ``limit`` characters), never raw lines. A raw output could hold a line shaped like a program step
+    (``state.x(...)``), which the notes' reader would take for one (see ``repro.reported_program``)."""
+    return repr(output[:limit]) + (f"...<{len(output)} chars>" if len(output) > limit else "")
+
+
 def bucket(n: int) -> str:
     return str(n) if n < 2 else "2-5" if n <= 5 else ">5"
 
 
 class Transcript:
     """What a failing program's report shows of each turn (Hypothesis notes, printed for the final
-    replay only): the calls and their outputs. While the machine polls, a turn that repeats the
+    replay only): the calls and their outputs (quoted). While the machine polls, a turn that repeats the
     previous one exactly (the same calls, the same outputs) is counted instead of printed, and the
-    count becomes one line ("... the same turn x 35 more, no change")."""
+    count becomes one line ("... the same turn x 35 more, no change").
+
+    The same lines are kept in ``lines`` (and each pair's last screen a read returned in ``screens``)
+    on every run, not only the final replay: a violation that never comes back is reported with them
+    (see :mod:`stateful.run_record`)."""
 
     def __init__(self) -> None:
         self.folding = False
         self._last: tuple[Any, ...] | None = None
         self._repeats = 0
+        self.lines: list[str] = []
+        self.screens: dict[str, str] = {}
+        """"bash:'main' of agent 0" -> the last screen a read of that pair returned (latest read last)."""
 
     def add(self, number: int, agent: int, steps: Sequence[Sequence[Call]],
             outputs: Sequence[Sequence[str]] | None) -> None:
         calls = " | ".join(" & ".join(map(repr, step)) for step in steps)
         key = (agent, calls, None if outputs is None else tuple(map(tuple, outputs)))
+        for step, outs in zip(steps, outputs or ()):
+            for call, out in zip(step, outs):
+                self._screen(agent, call, out)
         if self.folding and key == self._last:
             self._repeats += 1
             return
         self.flush()
         self._last = key
-        note(f"turn {number} (agent {agent}): {calls}")
+        self.add_line(f"turn {number} (agent {agent}): {calls}")
         for step, outs in zip(steps, outputs or ()):
             for call, out in zip(step, outs):
-                note(f"  {call!r} -> {out[:300]}{'...' if len(out) > 300 else ''}")
+                self.add_line(f"  {call!r} -> {quoted(out)}")
 
     def flush(self) -> None:
         if self._repeats:
-            note(f"  ... the same turn x {self._repeats} more, no change")
+            self.add_line(f"  ... the same turn x {self._repeats} more, no change")
         self._repeats = 0
+
+    def add_line(self, line: str) -> None:
+        """A line of the report (a note) that is also kept in ``lines``."""
+        self.lines.append(line)
+        note(line)
+
+    def _screen(self, agent: int, call: Call, output: str) -> None:
+        if call.tool != READ:
+            return
+        try:
+            args, value = json.loads(call.arguments), json.loads(output)
+        except ValueError:
+            return
+        if isinstance(args, dict) and isinstance(value, dict) and isinstance(value.get("screen"), str):
+            pair = f"{pair_name(str(args.get('terminal')), str(args.get('session')))} of agent {agent}"
+            self.screens.pop(pair, None)
+            self.screens[pair] = value["screen"]
 
 
 RECENT_TURNS = 8

@@ -199,8 +199,9 @@ def test_the_steps_of_a_failing_program_count_the_rule_that_raised() -> None:
 
 def _report(directory: Path) -> dict[str, Any]:
     data = json.loads((directory / "report.json").read_text())
-    assert set(data) == {"budget_s", "elapsed_s", "workers", "programs", "steps", "failures", "known", "steered",
-                         "coverage"}
+    assert set(data) == {"budget_s", "elapsed_s", "interrupted", "workers", "programs", "steps", "failures", "known",
+                         "steered", "coverage"}
+    assert data["interrupted"] is False
     assert all(set(f) == set(FAILURE_KEYS) for f in data["failures"])
     assert data["programs"] > 0 and data["steps"] > 0 and data["workers"] == 2
     assert all(isinstance(v, int) and v > 0 for v in data["coverage"].values())
@@ -379,12 +380,46 @@ def test_a_campaign_ended_by_a_signal_reports_and_leaves_nothing_behind(
             os.killpg(run.pid, signal.SIGKILL)
             run.wait()
     output = log.read_text(errors="replace")
-    assert code == 0, output  # nothing failed on the correct stack before the signal
-    assert "campaign interrupted after" in output, output
+    assert code == 128 + signum, output  # nothing failed before the signal, and yet no pass: 130 / 143
+    assert "campaign interrupted after" in output and "no verdict of a pass" in output, output
     _nothing_left(run_root)
     data = json.loads((report_dir / "report.json").read_text())
     assert data["workers"] == 2 and data["elapsed_s"] < 600 and not data["failures"], data
+    assert data["interrupted"] is True, data
+    assert (report_dir / "report.md").read_text().startswith("# Campaign report: interrupted\n")
+    assert "interrupted" in (report_dir / "junit.xml").read_text()
     assert not list(run_root.glob("campaign-*")), "the run directory is left behind"
+
+
+@pytest.mark.parametrize("raised, status", [(RuntimeError("a bug of the tester"), None), (KeyboardInterrupt(), 130)])
+def test_the_run_directory_is_removed_on_every_path(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, raised: BaseException, status: int | None) -> None:
+    """Its config.json names the --db URL: it must not outlive the campaign, however the campaign ends
+    (an interrupt before the workers ran, or while the report is made, exits 130; an error of the
+    tester propagates with its traceback)."""
+    import argparse
+
+    from stateful.campaign import driver
+    from stateful.campaign.options import add_parser
+
+    made: list[Path] = []
+
+    def failing_campaign(args: object, run_dir: Path, *rest: object) -> int:
+        made.append(run_dir)
+        (run_dir / "config.json").write_text("{}", encoding="utf-8")
+        raise raised
+
+    monkeypatch.setattr(driver, "_campaign", failing_campaign)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # TMPDIR is read again
+    args = add_parser(argparse.ArgumentParser().add_subparsers()).parse_args(
+        ["--target", "direct", "--budget", "10", "--db", str(tmp_path / "db"), "--quiet"])
+    if status is None:
+        with pytest.raises(RuntimeError):
+            driver.run(args)
+    else:
+        assert driver.run(args) == status
+    assert made and not made[0].exists()
 
 
 def test_a_failure_saved_in_redis_is_replayed_first_by_the_next_campaign(
@@ -413,3 +448,41 @@ def test_coverage_counts_the_machines_labels_not_hypothesis_own_events() -> None
               "read: error scrollback": "", "Aborted test because unable to satisfy sampled_from(...)": "",
               "Draw for recursive(...) exceeded max_leaves=5 and had to be retried": ""}
     assert program_labels(events) == ["clause: send.sent", "read: error scrollback"]
+
+
+def test_a_campaign_records_a_violation_that_never_came_back_as_a_failure_reported_whole(tmp_path: Path) -> None:
+    """A worker's search ends in Hypothesis's Flaky (its replay of the violation passed): the worker
+    replays it as pytest stateful/ does, and when nothing comes back it records the failure all the
+    same (the campaign fails), without a repro, with the report that says so first."""
+    from hypothesis.errors import FlakyFailure
+
+    from hypothesis import settings
+
+    from stateful import run_record
+    from stateful.campaign.report import build_report, markdown
+    from stateful.campaign.worker import Worker, WorkerConfig, state_path
+    from stateful.clauses import violation
+    from stateful.machine import TerminalMachine
+
+    (tmp_path / "seen").mkdir()
+    config = WorkerConfig(target="direct", external=None, stack_latency=0.0, allowed=[], started=time.time(),
+                          deadline=time.time() + 60, shrink_budget=5.0, repro_dir=str(tmp_path / "repros"),
+                          db=str(tmp_path / "db"))
+    worker = Worker(tmp_path, 0, config)
+    seen_once = violation("send.keys", "payload output not shown within 10 s (1 reads)")
+    steps = ("pairs_0 = state.start(terminal='sh', name='main')", "state.payload(pair=pairs_0, payload='x')")
+    run_record.attach(seen_once, run_record.RunRecord(steps, ("turn 1 (agent 0): launch(...)",), (("sh:'main' of agent 0", "$ echo"),)))
+    worker.gate.run_claims.add("send.keys")
+    flaky = FlakyFailure("Hypothesis found 1 distinct failures, but they were not reproduced", [seen_once])
+
+    worker.record_flaky(TerminalMachine, None, flaky, settings())  # no program, no run: nothing to replay
+
+    [failure] = worker.failures
+    assert failure["clause"] == "send.keys" and failure["reproduced"] is False and failure["repro"] is None
+    assert failure["message"].startswith("stateful: seen once, not reproduced in 0 replays: send.keys: payload output")
+    assert "  state.payload(pair=pairs_0, payload='x')" in failure["report"]
+    assert "The last screen read of sh:'main' of agent 0:\n  | $ echo" in failure["report"]
+    saved = json.loads(state_path(tmp_path, 0).read_text())
+    assert saved["failures"][0]["reproduced"] is False
+    report = build_report(60, 1, 1, [saved], {"send.keys": {}}, [], [])
+    assert report.failed and "seen once, not reproduced" in markdown(report)

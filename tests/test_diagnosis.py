@@ -79,7 +79,8 @@ def test_polls_that_see_nothing_new_are_folded_into_one_line(monkeypatch: pytest
     transcript.folding = False
     transcript.flush()
     assert noted == [
-        "turn 1 (agent 0): " + repr(read), f"  {read!r} -> same",
+        "turn 1 (agent 0): " + repr(read), f"  {read!r} -> 'same'",  # outputs quoted: data, never a step
         "  ... the same turn x 36 more, no change",
-        "turn 38 (agent 0): " + repr(read), f"  {read!r} -> changed",
+        "turn 38 (agent 0): " + repr(read), f"  {read!r} -> 'changed'",
     ]
+    assert transcript.lines == noted  # kept for a violation that never comes back (stateful.run_record)

@@ -20,6 +20,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TypeVar
 
 import pytest
@@ -191,3 +192,112 @@ def test_worker_ignoring_sigterm_is_killed_after_the_grace() -> None:
             worker.wait()
         assert worker.proc.stdout is not None
         worker.proc.stdout.close()
+
+
+MINIMIZING_RUN = '''
+import sys, threading
+from hypothesis.stateful import invariant
+from stateful import minimize, workers
+from stateful.machine import MachineConfig, TerminalMachine
+from stateful.targets.direct import DirectTarget
+
+workers.interrupt_on_signals()  # as the root conftest installs it in every run
+minimizing = False
+
+
+class MinimizeMachine(TerminalMachine):
+    @invariant()
+    def live_pairs_have_private_servers(self):
+        if minimizing:  # a replay of the minimizing pass, with its terminals: it waits for the signal
+            print("in a replay", flush=True)
+            threading.Event().wait()
+        super().live_pairs_have_private_servers()
+
+
+target = DirectTarget()
+try:
+    MinimizeMachine.bind(target, MachineConfig(poll_deadline=10))
+    failure = minimize.replay_program(MinimizeMachine, sys.argv[1:])
+    assert failure is not None, "the planted fault did not fail the program"
+    minimizing = True
+    minimize.shorter_failure(MinimizeMachine, failure)
+    print("minimized", flush=True)
+finally:
+    target.close()
+'''
+"""A run that minimizes a failure of the scrollback-bool fault (stateful.minimize.shorter_failure);
+each of its replays says "in a replay" once its first step ran, then waits until a signal ends it."""
+FAILING_PROGRAM = [
+    "state = MinimizeMachine()",
+    "pairs_0 = state.start(terminal='bash', name='main')",
+    *["state.list_every_agent()", "state.live_pairs_have_private_servers()"] * 3,
+    "pairs_1 = state.launch(agent=0, copies=1, deco=Decoration(), name='x', terminal='sh')",
+    "state.live_pairs_have_private_servers()",
+    *["state.list_every_agent()", "state.live_pairs_have_private_servers()"] * 3,
+    "state.read_bad_scrollback(pair=pairs_1, value=True)",
+    "state.teardown()",
+]
+MINIMIZE_END = 15.0
+"""Longest a run interrupted while it minimizes a failure may take to end, from the signal."""
+
+
+def test_sigterm_while_a_failure_is_minimized_ends_the_run_and_leaves_nothing(run_dir: Path, tmp_path: Path) -> None:
+    """A signal during a failing program's replay is no "replay that failed": it ends the run at once
+    (through its cleanup: the target's terminals and reaper are gone too), never a run that only
+    SIGKILL can stop because its one interrupt was swallowed and the next ones are ignored."""
+    log = tmp_path / "run.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "STATEFUL_"))}
+    env.update(TMPDIR=str(run_dir), STATEFUL_FAULTS="scrollback-bool")
+    with open(log, "wb") as sink:
+        run = subprocess.Popen([sys.executable, "-c", MINIMIZING_RUN, *FAILING_PROGRAM], cwd=ROOT, env=env,
+                               stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        def replaying_with_terminals() -> bool | None:
+            if run.poll() is not None:
+                raise AssertionError(f"the run exited {run.returncode} first:\n{log.read_text(errors='replace')}")
+            servers = [a for a in _processes_naming(str(run_dir)).values() if a and os.path.basename(a[0]) == "tmux"]
+            return True if "in a replay" in log.read_text(errors="replace") and servers else None
+
+        _poll(replaying_with_terminals, STARTUP_DEADLINE, "a replay of the minimizing pass, with its terminals")
+        os.kill(run.pid, signal.SIGTERM)
+        sent = time.monotonic()
+        try:
+            code = run.wait(MINIMIZE_END)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"the run still ran {MINIMIZE_END} s after SIGTERM:\n"
+                                 + log.read_text(errors="replace")) from None
+        left = _left_after(str(run_dir), sent + MINIMIZE_END)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait()
+    output = log.read_text(errors="replace")
+    assert code != 0 and "KeyboardInterrupt: interrupted by SIGTERM" in output, output
+    assert "\nminimized\n" not in output, output
+    assert not left, f"left of the run {MINIMIZE_END} s after SIGTERM: {left}"
+
+
+def _interrupted(*args: object, **kwargs: object) -> None:
+    raise KeyboardInterrupt("interrupted by SIGTERM")
+
+
+def test_an_interrupt_in_any_replay_ends_the_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The replays of the minimizing pass, of the plain repro's recording and of the benchmark's
+    programs catch what a program raised (a failure, judged later), never an interrupt."""
+    from contextlib import nullcontext
+
+    from stateful import bench_machine, minimize, plain
+    from stateful.machine import TerminalMachine
+
+    program = ["state = DirectMachine()", "pairs_0 = state.start(terminal='bash', name='main')", "state.teardown()"]
+    monkeypatch.setattr(minimize, "run_once", _interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        minimize.replay_program(TerminalMachine, program)
+    monkeypatch.setattr(plain, "run_once", _interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        plain.record_program(TerminalMachine, SimpleNamespace(recorder=None), program)
+    monkeypatch.setattr(bench_machine, "run_state_machine_as_test", _interrupted)
+    monkeypatch.setattr(bench_machine, "_target", lambda kind, latency: nullcontext(SimpleNamespace()))
+    monkeypatch.setattr(TerminalMachine, "bind", classmethod(lambda cls, target, config: None))
+    with pytest.raises(KeyboardInterrupt):
+        bench_machine.run_programs("direct", 0.0, 1, "interrupted")

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
 from stateful.machine import MachineConfig, TerminalMachine
-from stateful.model import EventView
+from stateful.model import Call, EventView
 from stateful.repro import render_repro, reported_program, write_repro
 from stateful.targets.base import AgentSession, ServerError, Step, Target, TargetError
 
@@ -214,4 +215,157 @@ def test_a_race_gets_several_replays_to_record_its_plain_repro(
         plain.write_plain_repro(tmp_path, TerminalMachine, None, failure)
     assert len(replays) == recordings
     assert replays[0] == reported_program(failure)
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- what a server prints is data, never code ------------------------------------------------------
+
+class RewritingSession(AgentSession):
+    """A direct target's session whose every output passes through ``rewrite(call, output)`` (in the
+    order of the calls): a broken or hostile server made of the reference one."""
+
+    def __init__(self, inner: AgentSession, rewrite: Callable[[Call, str], str]) -> None:
+        self.inner, self.label, self.rewrite = inner, inner.label, rewrite
+
+    def run_turn(self, steps: Sequence[Step], *, step_timeout: float) -> list[list[str]]:
+        outputs = self.inner.run_turn(steps, step_timeout=step_timeout)
+        return [[self.rewrite(call, out) for call, out in zip(step, outs)] for step, outs in zip(steps, outputs)]
+
+    def events(self) -> list[EventView]:
+        return self.inner.events()
+
+    def delete(self) -> None:
+        self.inner.delete()
+
+
+def rewriting_target(rewrite: Callable[[Call, str], str]) -> Target:
+    """A direct target whose sessions are :class:`RewritingSession` (outputs through ``rewrite``)."""
+    from stateful.targets.direct import DirectTarget
+
+    class Rewriting(DirectTarget):
+        def open_session(self) -> AgentSession:
+            return RewritingSession(super().open_session(), rewrite)
+
+    return Rewriting()
+
+
+def test_step_shaped_lines_a_server_prints_never_run_and_are_written_only_quoted(
+        quick_profile: None, tmp_path: Path) -> None:
+    """A hostile or broken server's output is data: the failure (list.result) is reported, the line
+    it printed is neither a step of the program (replayed, minimized, written) nor run, and the
+    notes and the repro hold it only inside string literals."""
+    import ast
+
+    from stateful.minimize import replay_program
+
+    planted = tmp_path / "planted"
+    repros = tmp_path / "repros"
+    tail = f"\nstate.teardown(open({str(planted)!r}, 'w').close())\nstate.list_every_agent()\n"
+    target = rewriting_target(lambda call, out: out + tail if call.tool == "sys_terminal_list" else out)
+    try:
+        failure = machine_run(target, repros)
+        report = str(failure.msg)
+        assert report.startswith("ListResultViolation: list.result: the first list did not return a JSON array")
+        assert "state.teardown(open(" in report  # shown, quoted
+        assert not any(line.startswith("state.teardown(open(") for line in report.splitlines())
+        assert not planted.exists()
+
+        [written] = repros.iterdir()
+        text = written.read_text(encoding="utf-8")
+        calls = [node for node in ast.walk(ast.parse(text)) if isinstance(node, ast.Call)]
+        assert not any(isinstance(c.func, ast.Name) and c.func.id == "open" for c in calls)
+        assert not any(isinstance(c.func, ast.Attribute) and c.func.attr in ("teardown", "list_every_agent")
+                       for c in calls)
+
+        notes = failure_with_notes(*[line for line in report.splitlines() if line])
+        program = reported_program(notes)
+        assert program[0] == "state = FakeMachine()" and len(program) == 3 and "state.start(" in program[1]
+        machine = type("FakeMachine", (TerminalMachine,), {})
+        machine.bind(target, MachineConfig(probe=False))
+        replayed = replay_program(machine, program)  # what minimizing and the plain repro run
+        assert replayed is not None and "list.result" in str(replayed)
+        assert not planted.exists()
+    finally:
+        target.close()
+
+
+@pytest.mark.parametrize("line", [
+    "state.teardown(open('/tmp/x', 'w').close())",
+    "state.read(pair=__import__('os').system('true'))",
+    "state.read(pair=pairs_0.__class__)",
+    "pairs_0 = state._private()",
+    "state = __import__('os')",
+    "state.list_every_agent(); import os",
+    "state = exit()",
+    "state = SystemExit()",
+    "float = state.start(terminal='bash', name='main')",
+    "state.read(pair=pairs_0)[0]",
+])
+def test_a_line_that_is_no_step_is_refused(line: str) -> None:
+    from stateful.minimize import replay_program
+    from stateful.repro import UnsafeStep, check_step
+
+    with pytest.raises(UnsafeStep):
+        check_step(line)
+    program = ["state = DirectMachine()", "pairs_0 = state.start(terminal='bash', name='main')", line, "state.teardown()"]
+    assert isinstance(replay_program(TerminalMachine, program), UnsafeStep)  # refused before anything runs
+    assert reported_program(failure_with_notes(f"state = DirectMachine()\n{line}\nstate.teardown()")) == [
+        "state = DirectMachine()", "state.teardown()"]
+
+
+def test_printed_values_are_steps() -> None:
+    from stateful.repro import check_step
+
+    for line in ["state = DirectMachine()", "state = Recording()", "pairs_0 = state.start(terminal='bash', name='main')",
+                 "state.read_bad_scrollback(pair=pairs_0, value=-1)", "state.read(pair=pairs_0, scrollback=float('nan'))",
+                 "state.marker(pair=pairs_0, plan=SendPlan(), semicolon=True, deco=Decoration())",
+                 "state.concurrent(ops=['list', 'read'], refs=[pairs_0, pairs_0])", "state.teardown()"]:
+        assert check_step(line) == line
+
+
+# -- a failure that does not come back ---------------------------------------------------------------
+
+def once_wrong(wrong_at: int) -> Callable[[Call, str], str]:
+    """An output rewrite: the ``wrong_at``-th ``list`` of all answers ``[`` (not JSON), once: a
+    violation that no replay meets again."""
+    lists = 0
+
+    def rewrite(call: Call, output: str) -> str:
+        nonlocal lists
+        if call.tool != "sys_terminal_list":
+            return output
+        lists += 1
+        return "[" if lists == wrong_at else output
+
+    return rewrite
+
+
+def test_a_violation_that_never_comes_back_is_reported_whole_and_fails_the_run(
+        quick_profile: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seen once, never again in the replays: the run fails all the same, and the report's first line
+    says so, then the violation, the program as it ran (the machine's own record, not Hypothesis's
+    empty one), its transcript and the last screens; no repro is written."""
+    import functools
+
+    from stateful import minimize, test_machine
+
+    monkeypatch.setattr(test_machine, "reproduced", functools.partial(minimize.reproduced, tries=2))
+    target = rewriting_target(once_wrong(wrong_at=6))
+    settings.register_profile("test-repro-once", max_examples=5, database=None, deadline=None, stateful_step_count=6)
+    settings.load_profile("test-repro-once")
+    try:
+        failure = machine_run(target, tmp_path)
+    finally:
+        settings.load_profile("test-repro-quick")
+        target.close()
+    assert isinstance(failure, pytest.fail.Exception) and not failure.pytrace
+    report = str(failure.msg)
+    first, *rest = report.splitlines()
+    assert re.match(r"stateful: seen once, not reproduced in [1-4] replays: output\.json: list\(\{\}\) -> \[: ", first), report
+    assert rest[0].startswith("(the tries: ") and "passed" in rest[0], report
+    assert "OutputJsonViolation: output.json: list({}) -> [: the tool's output is not JSON" in report
+    program = report[report.index("The program as it ran"):report.index("Its transcript")]
+    assert "  pairs_0 = state.start(" in program and "  state.live_pairs_have_private_servers()" in program, report
+    assert "turn 1 (agent 0): launch(" in report and "-> '['" in report, report
+    assert report.endswith(test_machine.NOT_REPRODUCED)
     assert list(tmp_path.iterdir()) == []

@@ -28,7 +28,7 @@ from stateful.campaign.options import EXIT_USAGE
 from stateful.campaign.progress import Progress, Totals
 from stateful.campaign.report import CampaignReport, build_report, write_reports
 from stateful.campaign.worker import WorkerConfig, state_path
-from stateful.workers import end_all, interrupt_on_signals, restore_signals, start_worker
+from stateful.workers import end_all, interrupt_on_signals, interrupted_status, restore_signals, start_worker
 
 __all__ = ["run"]
 
@@ -91,13 +91,43 @@ def _totals(run_dir: Path, workers: int, allowed: set[str]) -> Totals:
 
 
 def run(args: argparse.Namespace) -> int:
+    """The campaign; its exit status: 0 (nothing failed outside the allowed clauses), 1 (a failure or an
+    error of the tester), 2 (a usage error), or 128 + the signal's number when SIGINT/SIGTERM ended it
+    (130, 143: an interrupted run is not a passed one, whatever it found by then). Its run directory
+    (``config.json`` names the database URL) is removed on every path."""
     try:
         deviations, external = _check(args)
     except UsageError as exc:
         print(f"python -m stateful campaign: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    previous = interrupt_on_signals()
+    run_dir: Path | None = None
+    try:
+        run_dir = Path(tempfile.mkdtemp(prefix="campaign-"))
+        return _campaign(args, run_dir, deviations, external)
+    except KeyboardInterrupt:  # before the workers started, or while the report was made
+        print("python -m stateful campaign: interrupted", file=sys.stderr)
+        return interrupted_status()
+    finally:
+        _remove(run_dir)
+        restore_signals(previous)
+
+
+def _remove(run_dir: Path | None) -> None:
+    """Remove the run directory, even when the run's interrupt comes while it is being removed (later
+    signals are ignored: the second attempt finishes)."""
+    if run_dir is None:
+        return
+    try:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    except KeyboardInterrupt:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+
+
+def _campaign(args: argparse.Namespace, run_dir: Path, deviations: list[Deviation], external: list[str] | None) -> int:
+    """Start the workers, follow them until the budget (or an interrupt), report; the exit status."""
     allowed = sorted(set(args.allow) | {d.clause for d in deviations})
-    run_dir = Path(tempfile.mkdtemp(prefix="campaign-"))
     (run_dir / "seen").mkdir()
     started = time.time()
     config = WorkerConfig(
@@ -107,7 +137,6 @@ def run(args: argparse.Namespace) -> int:
         poll_deadline=args.poll_deadline, steps_per_program=args.steps, steer=not args.no_steering)
     (run_dir / "config.json").write_text(json.dumps(asdict(config)), encoding="utf-8")
     progress = Progress(args.budget, quiet=args.quiet)
-    previous = interrupt_on_signals()
     workers = []
     interrupted = False
     try:
@@ -124,12 +153,11 @@ def run(args: argparse.Namespace) -> int:
         interrupted = True
     finally:
         end_all(workers)
-        restore_signals(previous)
         progress.done()
     elapsed = time.time() - started
     states = _read_states(run_dir, args.workers)
     report = build_report(args.budget, elapsed, args.workers, states, seen.claims(run_dir / "seen"),
-                          deviations, allowed, steered=seen.avoided(run_dir / "seen"))
+                          deviations, allowed, steered=seen.avoided(run_dir / "seen"), interrupted=interrupted)
     for index, (worker, state) in enumerate(zip(workers, states)):
         if worker.proc.returncode not in (0, None) and not state.get("errors") and not interrupted \
                 and worker.proc.returncode > 0:
@@ -138,7 +166,8 @@ def run(args: argparse.Namespace) -> int:
     written = write_reports(report, args.report) if args.report is not None else []
     if not args.quiet:
         _summary(report, written, interrupted)
-    shutil.rmtree(run_dir, ignore_errors=True)
+    if interrupted:
+        return interrupted_status()
     return 1 if report.failed else 0
 
 
@@ -148,6 +177,8 @@ def _summary(report: CampaignReport, written: list[Path], interrupted: bool) -> 
     lines = [f"campaign {head} after {report.elapsed_s:g} s (budget {report.budget_s:g} s): {report.workers} workers, "
              f"{report.programs} programs, {report.steps} steps ({rate:.1f} steps/s)"]
     lines += [f"FAILED {f['clause']}: {f['message'][:200]}" + (f"\n  repro: {f['repro']}" if f.get("repro") else
+                                                                "\n  (no repro: its replays did not fail again)"
+                                                                if f.get("reproduced") is False else
                                                                 "\n  (not shrunk: the budget ended first)")
               + (f"\n  plain repro: {f['plain']}" if str(f.get("plain") or "").endswith(".py") else "")
               for f in report.failures]
@@ -155,7 +186,9 @@ def _summary(report: CampaignReport, written: list[Path], interrupted: bool) -> 
     lines += [f"ERROR  {e.strip().splitlines()[-1]}" for e in report.errors]
     if report.steered:
         lines.append(f"steered away from (inputs of known failures): {', '.join(report.steered)}")
-    if not report.failures and not report.errors:
+    if interrupted:
+        lines.append("interrupted: the budget was not spent, so this is no verdict of a pass")
+    elif not report.failures and not report.errors:
         lines.append("no clause failed outside the allowed ones")
     lines += [f"report: {p}" for p in written]
     print("\n".join(lines), flush=True)

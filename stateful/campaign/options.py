@@ -32,7 +32,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "campaign", help="a time-boxed search for every distinct bug of a server (parallel workers, report)",
         description="Search a server for every distinct contract violation within a time budget: workers in "
                     "parallel, each violated clause shrunk once and written as a repro, then ignored while the "
-                    "search goes on. Exit 0: no clause outside the allowed ones failed; 1: one did; 2: usage.")
+                    "search goes on. Exit 0: no clause outside the allowed ones failed; 1: one did; 2: usage; "
+                    "130/143: interrupted by SIGINT/SIGTERM.")
     p.error = lambda message: _one_line_error(p, message)  # type: ignore[method-assign]
     p.add_argument("--budget", type=duration, default=duration("20m"), metavar="DURATION",
                    help="how long the campaign runs, shrinking included (e.g. 90s, 20m, 1h; default 20m)")

@@ -18,7 +18,7 @@ from stateful.steering import TRIGGERS
 
 __all__ = ["CampaignReport", "build_report", "clause_outcomes", "exercised", "write_reports"]
 
-FAILURE_KEYS = ("clause", "message", "first_seen_s", "steps_found", "steps_shrunk", "shrink_s", "repro")
+FAILURE_KEYS = ("clause", "message", "first_seen_s", "steps_found", "steps_shrunk", "shrink_s", "repro", "reproduced")
 CLAUSE_EVENT = "clause: "
 
 
@@ -38,10 +38,13 @@ class CampaignReport:
     errors: list[str] = field(default_factory=list)
     steered: list[str] = field(default_factory=list)
     """The triggers (:mod:`stateful.steering`) the workers' later searches stopped drawing."""
+    interrupted: bool = False
+    """SIGINT/SIGTERM ended the campaign before its budget: what it found holds, a pass does not."""
 
     def as_json(self) -> dict[str, Any]:
         """The schema of report.json (docs/campaigns.md)."""
-        return {"budget_s": self.budget_s, "elapsed_s": self.elapsed_s, "workers": self.workers,
+        return {"budget_s": self.budget_s, "elapsed_s": self.elapsed_s, "interrupted": self.interrupted,
+                "workers": self.workers,
                 "programs": self.programs, "steps": self.steps,
                 "failures": [{k: f.get(k) for k in FAILURE_KEYS} for f in self.failures],
                 "known": self.known, "steered": self.steered, "coverage": self.coverage}
@@ -53,7 +56,7 @@ class CampaignReport:
 
 def build_report(budget: float, elapsed: float, workers: int, states: Sequence[Mapping[str, Any]],
                  claims: Mapping[str, Mapping[str, Any]], deviations: Sequence[Deviation],
-                 allowed: Iterable[str], steered: Iterable[str] = ()) -> CampaignReport:
+                 allowed: Iterable[str], steered: Iterable[str] = (), interrupted: bool = False) -> CampaignReport:
     """Sum the workers' counts; every claimed failure once (as its worker recorded it, else as
     claimed: found, but the budget ended before it was shrunk)."""
     coverage: Counter[str] = Counter()
@@ -83,7 +86,7 @@ def build_report(budget: float, elapsed: float, workers: int, states: Sequence[M
         programs=sum(int(s.get("programs", 0)) for s in states), steps=sum(int(s.get("steps", 0)) for s in states),
         failures=failures, known=[{"clause": c, "count": known[c]} for c in sorted(listed) if known[c]],
         coverage=dict(sorted(coverage.items())), deviations=list(deviations), repeats=dict(repeats), errors=errors,
-        steered=sorted(steered))
+        steered=sorted(steered), interrupted=interrupted)
 
 
 def exercised(coverage: Mapping[str, int]) -> dict[str, int]:
@@ -117,7 +120,8 @@ def _why(report: CampaignReport, clause: str) -> str:
 
 def markdown(report: CampaignReport) -> str:
     rate = report.steps / report.elapsed_s if report.elapsed_s else 0.0
-    verdict = "FAILED" if report.failed else "passed"
+    verdict = ("FAILED (interrupted)" if report.failed else "interrupted") if report.interrupted else \
+        "FAILED" if report.failed else "passed"
     lines = [f"# Campaign report: {verdict}", "",
              f"{report.elapsed_s:g} s of a {report.budget_s:g} s budget, {report.workers} workers: "
              f"{report.programs} programs, {report.steps} steps ({rate:.1f} steps/s), "
@@ -130,6 +134,7 @@ def markdown(report: CampaignReport) -> str:
         spent = (f" (Hypothesis's shrinking and replays {split.get('hypothesis')} s, step dropping "
                  f"{split.get('drop_steps')} s, writing the repros {split.get('repros')} s)" if split else "")
         shrunk = (f"shrunk to {f['steps_shrunk']} steps in {f.get('shrink_s')} s{spent}" if f.get("steps_shrunk") is not None
+                  else "seen once, not reproduced by its replays (no repro)" if f.get("reproduced") is False
                   else "not shrunk (the budget ended first)")
         lines += [f"### `{f['clause']}`", "",
                   f"found after {f.get('first_seen_s')} s in program {f.get('program')} of worker {f.get('worker')} "
@@ -162,7 +167,7 @@ def junit(report: CampaignReport) -> ET.ElementTree:
     outcomes = clause_outcomes(report)
     by_clause = {f["clause"]: f for f in report.failures}
     suite = ET.Element("testsuite", name="stateful.campaign", tests="0", failures="0", skipped="0",
-                       errors=str(len(report.errors)), time=f"{report.elapsed_s:g}")
+                       errors=str(len(report.errors) + report.interrupted), time=f"{report.elapsed_s:g}")
     counts = Counter[str]()
     names = list(outcomes) + [k for k in by_clause if k not in outcomes]
     for name in names:
@@ -183,6 +188,10 @@ def junit(report: CampaignReport) -> ET.ElementTree:
     for error in report.errors:
         case = ET.SubElement(suite, "testcase", classname="stateful.campaign", name="worker", time="0")
         ET.SubElement(case, "error", message=error.strip().splitlines()[-1][:500]).text = error
+        counts["tests"] += 1
+    if report.interrupted:
+        case = ET.SubElement(suite, "testcase", classname="stateful.campaign", name="campaign", time="0")
+        ET.SubElement(case, "error", message="interrupted (SIGINT/SIGTERM) before the budget was spent")
         counts["tests"] += 1
     for key in ("tests", "failures", "skipped"):
         suite.set(key, str(counts[key]))

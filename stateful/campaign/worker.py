@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, settings
-from hypothesis.errors import HypothesisException, Unsatisfiable
+from hypothesis.errors import Flaky, HypothesisException, Unsatisfiable
 from hypothesis.stateful import get_state_machine_test
 
 from stateful import steering
@@ -161,6 +161,8 @@ class Worker:
             return True  # a failure became known and named its input: the next search avoids it
         except Unsatisfiable:
             return True  # every program of this search met a failure the campaign knows
+        except Flaky as flaky:  # a replay went otherwise than the run it replayed: a race, replayed until it fails again
+            self.record_flaky(machine, target, flaky, run_settings)
         except HypothesisException as problem:  # e.g. FlakyStrategyDefinition: the search ended, not a bug found
             self.notes.append(f"search {len(self.searches)} ended early: {type(problem).__name__}: "
                               f"{str(problem).splitlines()[0] if str(problem) else ''}")
@@ -214,11 +216,39 @@ class Worker:
                 "steps_found": claim.get("steps_found"),
                 "steps_shrunk": len(rule_groups(program, invariants_of(machine))) if program else None,
                 "shrink_s": round(now - seen_at, 1) if "first_seen_s" in claim else None,
-                "repro": repro, "plain": plain, "shrunk_s": round(now - self.config.started, 1), "shrink_split_s": split,
+                "repro": repro, "plain": plain, "reproduced": True, "shrunk_s": round(now - self.config.started, 1), "shrink_split_s": split,
                 "report": _report(shrunk), "worker": self.index, "program": claim.get("program"),
             })
             self.save()
 
+
+    def record_flaky(self, machine: type, target: Any, flaky: BaseException, run_settings: settings) -> None:
+        """A violation Hypothesis could not replay (``Flaky``), replayed as ``pytest stateful/`` does
+        (``minimize.reproduced``, within the budget): a failure that came back is recorded as any
+        other; one that did not is recorded all the same (it was seen), reported whole, with no repro."""
+        from stateful.minimize import reproduced, unreproduced_report, violations_in
+
+        again = reproduced(machine, flaky, hypothesis_settings=run_settings, deadline=self.config.deadline)
+        if again is not flaky:
+            self.record(machine, target, again)
+            return
+        report = unreproduced_report(flaky)
+        if report is None:
+            self.notes.append(f"search {len(self.searches)} ended early: {type(flaky).__name__}: "
+                              f"{str(flaky).splitlines()[0] if str(flaky) else ''}")
+            return
+        for failure in violations_in(flaky):
+            key = failure_key(failure)
+            if key not in self.gate.run_claims or any(f["clause"] == key for f in self.failures):
+                continue
+            claim = seen.info(self.run_dir / "seen", key)
+            self.failures.append({
+                "clause": key, "message": report.splitlines()[0], "first_seen_s": claim.get("first_seen_s"),
+                "steps_found": claim.get("steps_found"), "steps_shrunk": None, "shrink_s": None, "repro": None,
+                "plain": None, "reproduced": False, "shrunk_s": round(time.time() - self.config.started, 1),
+                "report": report, "worker": self.index, "program": claim.get("program"),
+            })
+            self.save()
 
     def plain_repro(self, machine: type, target: Any, failure: BaseException) -> str | None:
         """The failure as a plain seed-style test too (sessions target only, while there is time):
