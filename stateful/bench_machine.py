@@ -159,6 +159,9 @@ def render(runs: list[Run]) -> str:
     for kind in sorted({k for r in runs for k in r.totals.seconds if k.startswith("server")}):
         lines.append(f"{'  ms per turn, ' + kind:<36}" + "".join(
             f"{r.totals.seconds.get(kind, 0.0) * 1000 / max(r.turns, 1):>22.1f}" for r in runs))
+    for kind in sorted({k for r in runs for k in r.totals.largest}):
+        lines.append(f"{'  largest ' + kind + ' (kB)':<36}" + "".join(
+            f"{r.totals.largest.get(kind, 0) / 1000:>22.1f}" for r in runs))
     lines.append(f"{'  http requests (all)':<36}" + "".join(
         f"{sum(c for k, c in r.totals.counts.items() if k.startswith('http')) / max(r.turns, 1):>22.2f}" for r in runs))
     lines.append(f"{'ms per step':<36}" + "".join(f"{r.wall / max(r.rules, 1) * 1000:>22.0f}" for r in runs))
