@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-from stateful.arguments import seconds
+from stateful.arguments import conversation_budget, seconds
 from stateful.machine import MachineConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,6 +89,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="seconds before a step is reported as a hang (default: the profile's)")
     group.addoption("--poll-deadline", type=float, default=None,
                     help="seconds to wait for an eventual property (default: the profile's)")
+    group.addoption("--conversation-budget", type=conversation_budget, default=None, metavar="SIZE",
+                    help="bytes an agent session's conversation may reach (every model call carries it whole): "
+                         "past it the machine moves on to a fresh session (e.g. 200kB, 4MB; default: the "
+                         "profile's, 4MB)")
     group.addoption("--shrink-budget", type=seconds, default=None, metavar="S",
                     help="seconds Hypothesis may shrink a failure (default: its own 300); it then "
                          "reports the smallest failing program found so far")
@@ -119,7 +123,8 @@ def current_profile() -> str:
 def machine_config(request: pytest.FixtureRequest) -> MachineConfig:
     config = MACHINE_CONFIGS.get(current_profile(), MachineConfig())
     changes = {}
-    for option, field in (("--step-timeout", "step_timeout"), ("--poll-deadline", "poll_deadline")):
+    for option, field in (("--step-timeout", "step_timeout"), ("--poll-deadline", "poll_deadline"),
+                          ("--conversation-budget", "conversation_budget")):
         value = request.config.getoption(option)
         if value is not None:
             changes[field] = value
