@@ -78,12 +78,12 @@ def run_turn(world: World, agent: Agent, steps: Sequence[Sequence[Call]]) -> lis
     world.turns += 1
     world.busy = True
     number = world.turns
-    if world.budgeted and conversation.over(agent.conversation, world.cfg.conversation_budget):
+    if world.budgeted and conversation.over(agent.conversation, world.largest_turn, world.cfg.conversation_budget):
         # The machine moves a session on before this (stateful.conversation): a rule that got here
         # read more than the margin. Its program is one a model API may refuse: not run further.
         event("program: ended at the conversation budget")
-        note(f"agent {agent.index}: conversation {agent.conversation} bytes, budget "
-             f"{world.cfg.conversation_budget}: the program ends here (invalid)")
+        note(f"agent {agent.index}: conversation {agent.conversation} bytes, the largest turn {world.largest_turn}, "
+             f"budget {world.cfg.conversation_budget}: the program ends here (invalid)")
         reject()
     ended_before = agent.model.ended
     history = history_before(world, agent, steps)
@@ -111,8 +111,11 @@ def count_conversation(world: World, agent: Agent, steps: Sequence[Sequence[Call
                        outputs: Sequence[Sequence[str]]) -> None:
     """Add what the turn put into the session's conversation (where the target has one)."""
     if world.budgeted:
-        agent.conversation += conversation.turn_bytes(steps, outputs)
+        added = conversation.turn_bytes(steps, outputs)
+        agent.conversation += added
+        world.largest_turn = max(world.largest_turn, added)
         meter.largest("conversation (tester's count)", agent.conversation)
+        meter.largest("turn (tester's count)", added)
 
 
 # -- 1. the outputs against the model -------------------------------------------------------------

@@ -12,8 +12,8 @@ So the machine counts each turn's share itself, from the calls it made and the o
 (:func:`turn_bytes`, an upper bound of what a server sends), and keeps every session under its budget
 (``MachineConfig.conversation_budget``): past a quarter of it, big reads are drawn small
 (:func:`read_scrollback`); past half, after the rule, the session is deleted and a fresh one takes
-its place (:func:`spent`); a turn that would start past the budget itself ends the program as
-invalid (:func:`over`), never as a failure. Pure: no I/O.
+its place (:func:`spent`); a turn that may take it past the budget (as large as the program's largest
+so far) ends the program as invalid (:func:`over`), never as a failure. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -67,15 +67,17 @@ def large(conversation: int, budget: int) -> bool:
     return conversation > budget // 4
 
 
-def spent(conversation: int, budget: int) -> bool:
-    """Past half of the budget: after the rule, the session makes way for a fresh one (what is left
-    is the margin of the longest rule: a command's reads while it waits for its output)."""
-    return conversation > budget // 2
+def spent(conversation: int, largest_turn: int, budget: int) -> bool:
+    """After a rule: past half of the budget, or two of the program's largest turns so far from it,
+    the session makes way for a fresh one (what is left is the margin of the next rule: a command's
+    reads while it waits for its output)."""
+    return conversation > budget // 2 or conversation + 2 * largest_turn > budget
 
 
-def over(conversation: int, budget: int) -> bool:
-    """At the budget: no turn of this session may start (the program ends, as invalid)."""
-    return conversation >= budget
+def over(conversation: int, largest_turn: int, budget: int) -> bool:
+    """Before a turn: one more of the program's largest turns so far would pass the budget, so the
+    turn does not start (the program ends, as invalid)."""
+    return conversation + largest_turn > budget
 
 
 def read_scrollback(drawn: Any, conversation: int, budget: int) -> Any:

@@ -546,23 +546,24 @@ class TerminalMachine(RuleBasedStateMachine):
     @invariant()
     def live_pairs_have_private_servers(self) -> None:
         """Runs after every rule that returned: so the rule is over (see ``World.busy``). Then a
-        session whose conversation has spent half its budget makes way for a fresh one."""
+        session whose conversation is near its budget makes way for a fresh one."""
         check_private_servers(self.world)
         self._move_on_from_spent_sessions()
         self.world.busy = False
         self.rules_run += 1
 
     def _move_on_from_spent_sessions(self) -> None:
-        """DELETE every agent session whose conversation is past half the budget, and open a fresh
+        """DELETE every agent session whose conversation is near its budget, and open a fresh
         one in its place: every model call carries the whole conversation, and a program must stay
         one that a correct server (and its model API) can run (:mod:`stateful.conversation`). Its
         pairs' names then address the open sessions, as after ``delete_agent``; the DELETE is checked
         as there (every process of its terminals gone)."""
         if not self.world.budgeted:
             return
-        for a in [a for a in self.live if conversation.spent(a.conversation, self.cfg.conversation_budget)]:
-            note(f"agent {a.index}: conversation {a.conversation} bytes, past half the budget "
-                 f"({self.cfg.conversation_budget}): deleted, a fresh session takes its place")
+        budget = self.cfg.conversation_budget
+        for a in [a for a in self.live if conversation.spent(a.conversation, self.world.largest_turn, budget)]:
+            note(f"agent {a.index}: conversation {a.conversation} bytes (the largest turn {self.world.largest_turn}), "
+                 f"near its budget ({budget}): deleted, a fresh session takes its place")
             event("agent: moved on to a fresh session (conversation budget)")
             self._delete(a)
             self._open_agent()

@@ -195,6 +195,9 @@ class World:
         self.owners: dict[str, tuple[int, str, str]] = {}
         """Marker uid -> the (agent, terminal, session) it was typed into."""
         self.transcript = Transcript()
+        self.largest_turn = 0
+        """Bytes the program's largest turn so far added to its session's conversation (what the next
+        one may add: :mod:`stateful.conversation`)."""
 
     @property
     def budgeted(self) -> bool:
