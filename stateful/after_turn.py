@@ -114,8 +114,8 @@ def count_conversation(world: World, agent: Agent, steps: Sequence[Sequence[Call
         added = conversation.turn_bytes(steps, outputs)
         agent.conversation += added
         world.largest_turn = max(world.largest_turn, added)
-        meter.largest("conversation (tester's count)", agent.conversation)
-        meter.largest("turn (tester's count)", added)
+        meter.largest("conversation (count)", agent.conversation)
+        meter.largest("turn (count)", added)
 
 
 # -- 1. the outputs against the model -------------------------------------------------------------

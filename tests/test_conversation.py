@@ -21,8 +21,10 @@ from stateful.targets.fresh import fresh_target
 from stateful.targets.sessions import HttpSession, SessionsTarget
 from stateful.world import LIST
 
-SMALL_BUDGET = 500_000
-CI_PROGRAMS = 20
+SMALL_BUDGET = 1_000_000
+CI_PROGRAMS = 10
+"""The first 10 ci programs hold the largest reads of the ci set: without a budget one of their
+sessions sends the model a request of 2.4 MB (docs/benchmarks.md)."""
 
 
 def test_a_big_read_is_drawn_small_once_the_conversation_is_large() -> None:
@@ -45,7 +47,7 @@ def test_a_turn_counts_every_call_and_output_escaped_as_on_the_wire() -> None:
 
 @pytest.fixture(scope="module")
 def ci_run() -> Iterator[tuple[meter.Meter, int, str]]:
-    """The first ci programs against the embedded stack with the budget forced small: the meter's
+    """The first ci programs against the embedded stack with the budget forced below what they reach: the meter's
     totals, how many sessions the machine moved on from, and the failure (none expected)."""
     hypothesis_settings, config = _ci(CI_PROGRAMS)
     config = dataclasses.replace(config, conversation_budget=SMALL_BUDGET)
@@ -80,7 +82,7 @@ def test_ci_programs_stay_under_a_small_budget_by_moving_on_to_fresh_sessions(
 def test_the_machine_counts_at_least_what_the_server_sends(ci_run: tuple[meter.Meter, int, str]) -> None:
     """The count is an upper bound of the real requests (the mock measures their bodies)."""
     totals, _, _ = ci_run
-    assert totals.largest["model request"] <= totals.largest["conversation (tester's count)"]
+    assert totals.largest["model request"] <= totals.largest["conversation (count)"]
 
 
 @pytest.mark.parametrize("error, status, raised, key", [
