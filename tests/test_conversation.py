@@ -47,8 +47,9 @@ def test_a_turn_counts_every_call_and_output_escaped_as_on_the_wire() -> None:
 
 @pytest.fixture(scope="module")
 def ci_run() -> Iterator[tuple[meter.Meter, int, str]]:
-    """The first ci programs against the embedded stack with the budget forced below what they reach: the meter's
-    totals, how many sessions the machine moved on from, and the failure (none expected)."""
+    """The first ci programs against the embedded stack with the budget forced below what they
+    reach: the meter's totals, how many sessions the machine moved on from, and the failure (none
+    expected)."""
     hypothesis_settings, config = _ci(CI_PROGRAMS)
     config = dataclasses.replace(config, conversation_budget=SMALL_BUDGET)
     moved = [0]
