@@ -11,8 +11,8 @@ lets one session's conversation grow without bound is a program a correct server
 So the machine counts each turn's share itself, from the calls it made and the outputs it got
 (:func:`turn_bytes`, an upper bound of what a server sends), and keeps every session under its budget
 (``MachineConfig.conversation_budget``): past a quarter of it, big reads are drawn small
-(:func:`read_scrollback`); past half, after the rule, the session is deleted and a fresh one takes
-its place (:func:`spent`); a turn that may take it past the budget (as large as the program's largest
+(:func:`read_scrollback`); near it (past half, or within two of the program's largest turns), after
+the rule, the session is deleted and a fresh one takes its place (:func:`spent`); a turn that may take it past the budget (as large as the program's largest
 so far) ends the program as invalid (:func:`over`), never as a failure. Pure: no I/O.
 """
 
