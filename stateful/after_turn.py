@@ -24,9 +24,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hypothesis import event
+from hypothesis import event, note, reject
 
-from stateful import checks
+from stateful import checks, conversation, meter
 from stateful.clauses import fail
 from stateful.model import (
     PANE_ROWS,
@@ -45,7 +45,7 @@ from stateful.model import (
 from stateful.targets.base import StepTimeout
 from stateful.world import DECLARED, LIST, READ, SEND, Agent, Shell, World, clip, exercised
 
-__all__ = ["TurnContext", "AFTER_CALL", "AFTER_TURN", "run_turn", "check_view", "await_gone"]
+__all__ = ["TurnContext", "AFTER_CALL", "AFTER_TURN", "run_turn", "count_conversation", "check_view", "await_gone"]
 
 NOT_FOUND_CLAUSES = frozenset({"launch.one-launched", "send.not-found", "read.not-found", "close.not-found"})
 """Clauses a call on a pair that is not registered breaks when the server finds some other pair."""
@@ -79,6 +79,13 @@ def run_turn(world: World, agent: Agent, steps: Sequence[Sequence[Call]]) -> lis
     world.turns += 1
     world.busy = True
     number = world.turns
+    if world.budgeted and conversation.over(agent.conversation, world.largest_turn, world.cfg.conversation_budget):
+        # The machine moves a session on before this (stateful.conversation): a rule that got here
+        # read more than the margin. Its program is one a model API may refuse: not run further.
+        event("program: ended at the conversation budget")
+        note(f"agent {agent.index}: conversation {agent.conversation} bytes, the largest turn {world.largest_turn}, "
+             f"budget {world.cfg.conversation_budget}: the program ends here (invalid)")
+        reject()
     ended_before = agent.model.ended
     history = history_before(world, agent, steps)
     began = time.monotonic()
@@ -90,6 +97,7 @@ def run_turn(world: World, agent: Agent, steps: Sequence[Sequence[Call]]) -> lis
         raise
     world.timed_turn(time.monotonic() - began)
     world.transcript.add(number, agent.index, steps, outputs)
+    count_conversation(world, agent, steps, outputs)
     ctx = TurnContext(world, agent, number, steps, outputs, history, ended_before)
     for index in range(len(steps)):
         judgements = judge_outputs(ctx, index)
@@ -100,6 +108,17 @@ def run_turn(world: World, agent: Agent, steps: Sequence[Sequence[Call]]) -> lis
     for turn_check in AFTER_TURN:
         turn_check(ctx)
     return ctx.judged
+
+
+def count_conversation(world: World, agent: Agent, steps: Sequence[Sequence[Call]],
+                       outputs: Sequence[Sequence[str]]) -> None:
+    """Add what the turn put into the session's conversation (where the target has one)."""
+    if world.budgeted:
+        added = conversation.turn_bytes(steps, outputs)
+        agent.conversation += added
+        world.largest_turn = max(world.largest_turn, added)
+        meter.largest("conversation (count)", agent.conversation)
+        meter.largest("turn (count)", added)
 
 
 # -- 1. the outputs against the model -------------------------------------------------------------

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
+from stateful.arguments import conversation_budget
 from stateful.reference.registry import TerminalRegistry
 from stateful.reference.spec import TerminalSpec
 from stateful.reference.tmux import TMUX_TIMEOUT, TmuxServer
@@ -209,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--server-url", default="", help="machine: a running server to measure (target server)")
     parser.add_argument("--mock-llm-url", default="", help="machine: that server's mock LLM")
     parser.add_argument("--runner-id", default="", help="machine: that server's runner id")
+    parser.add_argument("--conversation-budget", type=conversation_budget, default=None, metavar="SIZE",
+                        help="machine: bytes an agent session's conversation may reach (default: the ci profile's, 4MB)")
     parser.add_argument("--avoid", default="",
                         help="machine: steering triggers not to draw, comma-separated (known bugs of a real server)")
     options = parser.parse_args(argv)

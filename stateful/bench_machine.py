@@ -20,14 +20,15 @@ for the mock's configure, for tmux and the terminals (the in-process target's to
 probe), sleeping between polls, and the tester's own CPU (the thread's CPU time: Hypothesis, the
 machine, its checks, httpx's client side). What is left (``other``) is the thread waiting for the
 GIL or the scheduler. It also counts requests per turn by kind, and the model calls and tool calls
-the stack made.
+the stack made, and shows the largest model request the mock LLM received beside the tester's own
+count of the largest conversation and turn (``--conversation-budget``: the budget it keeps them under).
 """
 
 from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
@@ -91,9 +92,13 @@ def _target(kind: str | Server, latency: float) -> Iterator[Target]:
         target.close()
 
 
-def run_programs(kind: str | Server, latency: float, programs: int, label: str) -> Run:
-    """The first ``programs`` ci programs against a fresh ``kind`` target (or a running server), metered."""
+def run_programs(kind: str | Server, latency: float, programs: int, label: str,
+                 conversation_budget: int | None = None) -> Run:
+    """The first ``programs`` ci programs against a fresh ``kind`` target (or a running server), metered
+    (``conversation_budget``: instead of the ci profile's)."""
     hypothesis_settings, config = _ci(programs)
+    if conversation_budget is not None:
+        config = replace(config, conversation_budget=conversation_budget)
     counted = {"rules": 0, "turns": 0, "programs": 0}
 
     class BenchMachine(TerminalMachine):
@@ -159,6 +164,9 @@ def render(runs: list[Run]) -> str:
     for kind in sorted({k for r in runs for k in r.totals.seconds if k.startswith("server")}):
         lines.append(f"{'  ms per turn, ' + kind:<36}" + "".join(
             f"{r.totals.seconds.get(kind, 0.0) * 1000 / max(r.turns, 1):>22.1f}" for r in runs))
+    for kind in sorted({k for r in runs for k in r.totals.largest}):
+        lines.append(f"{'  largest ' + kind + ', kB':<36}" + "".join(
+            f"{r.totals.largest.get(kind, 0) / 1000:>22.1f}" for r in runs))
     lines.append(f"{'  http requests (all)':<36}" + "".join(
         f"{sum(c for k, c in r.totals.counts.items() if k.startswith('http')) / max(r.turns, 1):>22.2f}" for r in runs))
     lines.append(f"{'ms per step':<36}" + "".join(f"{r.wall / max(r.rules, 1) * 1000:>22.0f}" for r in runs))
@@ -199,7 +207,7 @@ def section(options: argparse.Namespace) -> list[object]:
         print(f"# machine: not drawing {', '.join(triggers)} (every target of this run)", flush=True)
     runs = []
     for kind, delay, label in runs_asked:
-        runs.append(run_programs(kind, delay, options.programs, label))
+        runs.append(run_programs(kind, delay, options.programs, label, options.conversation_budget))
         print(f"# machine: {label} done in {runs[-1].wall:.1f} s", flush=True)
     print(render(runs), flush=True)
     return []

@@ -8,6 +8,7 @@ option the ``dev`` profile stays loaded.
 
 from __future__ import annotations
 
+import argparse
 import configparser
 import dataclasses
 from collections.abc import Callable, Iterator
@@ -18,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-from stateful.arguments import seconds
+from stateful.arguments import conversation_budget, seconds
 from stateful.machine import MachineConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,6 +90,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="seconds before a step is reported as a hang (default: the profile's)")
     group.addoption("--poll-deadline", type=float, default=None,
                     help="seconds to wait for an eventual property (default: the profile's)")
+    group.addoption("--conversation-budget", default=None, metavar="SIZE",
+                    help="bytes an agent session's conversation may reach (every model call carries it whole): "
+                         "past it the machine moves on to a fresh session (e.g. 200kB, 4MB; default: the "
+                         "profile's, 4MB)")
     group.addoption("--shrink-budget", type=seconds, default=None, metavar="S",
                     help="seconds Hypothesis may shrink a failure (default: its own 300); it then "
                          "reports the smallest failing program found so far")
@@ -107,6 +112,16 @@ def pytest_configure(config: pytest.Config) -> None:
     chosen = config.getoption("--target")
     if chosen not in TARGETS:
         raise pytest.UsageError(f"unknown --target {chosen!r}; known: {', '.join(TARGETS)}")
+    given_budget(config)
+
+
+def given_budget(config: pytest.Config) -> int | None:
+    """``--conversation-budget`` in bytes (None: the profile's); a bad one is a one-line usage error."""
+    text = config.getoption("--conversation-budget")
+    try:
+        return None if text is None else conversation_budget(text)
+    except argparse.ArgumentTypeError as exc:
+        raise pytest.UsageError(f"--conversation-budget: {exc}") from None
 
 
 def current_profile() -> str:
@@ -123,6 +138,9 @@ def machine_config(request: pytest.FixtureRequest) -> MachineConfig:
         value = request.config.getoption(option)
         if value is not None:
             changes[field] = value
+    budget = given_budget(request.config)
+    if budget is not None:
+        changes["conversation_budget"] = budget
     return dataclasses.replace(config, **changes)
 
 

@@ -26,10 +26,10 @@ from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from stateful import checks, run_record
+from stateful import checks, conversation, run_record
 from stateful import driving, steering
 from stateful import strategies as gen
-from stateful.after_turn import await_gone, check_private_servers, check_view, run_turn
+from stateful.after_turn import await_gone, check_private_servers, check_view, count_conversation, run_turn
 from stateful.clauses import fail
 from stateful.model import Call, ContractViolation, Judgement, Life, PairState, UnsupportedServer, initial_model
 from stateful.run_record import recorded
@@ -179,6 +179,7 @@ class TerminalMachine(RuleBasedStateMachine):
         except UnsupportedServer as exc:
             raise TargetError(f"{self.target.where}: {exc}") from None
         agent = Agent(index, session, model)
+        count_conversation(self.world, agent, [list_step()], [[first]])
         self.live.append(agent)
         event(f"agent: baseline of {len(model.baseline)} server-made pairs")
         return agent
@@ -226,7 +227,9 @@ class TerminalMachine(RuleBasedStateMachine):
     def delete_agent(self, agent: int) -> None:
         """DELETE an agent session (§2.9): the server closes all of its terminals, so every process
         of every pair it still had is gone (polled: the contract gives DELETE no bound)."""
-        a = self._agent(agent)
+        self._delete(self._agent(agent))
+
+    def _delete(self, a: Agent) -> None:
         self.world.busy = True
         a.session.delete()
         self.live.remove(a)
@@ -338,8 +341,16 @@ class TerminalMachine(RuleBasedStateMachine):
 
     @rule(pair=pairs, scrollback=gen.scrollbacks(), deco=gen.decorations())
     def read(self, pair: PairRef, scrollback: Any, deco: gen.Decoration) -> None:
+        """A read; a big scrollback is drawn small once the session's conversation is large (every
+        model call carries each screen read so far: :mod:`stateful.conversation`)."""
+        a = self._agent_of(pair)
+        if self.world.budgeted:
+            sent = conversation.read_scrollback(scrollback, a.conversation, self.cfg.conversation_budget)
+            if sent != scrollback:
+                event("read: big scrollback drawn small (the conversation is large)")
+            scrollback = sent
         args = pair_args(pair) if scrollback is ... else pair_args(pair, scrollback=scrollback)
-        self._turn(self._agent_of(pair), [[tool_call(READ, args, deco)]])
+        self._turn(a, [[tool_call(READ, args, deco)]])
 
     @rule(pair=pairs, value=gen.bad_scrollbacks())
     def read_bad_scrollback(self, pair: PairRef, value: Any) -> None:
@@ -549,10 +560,28 @@ class TerminalMachine(RuleBasedStateMachine):
 
     @invariant()
     def live_pairs_have_private_servers(self) -> None:
-        """Runs after every rule that returned: so the rule is over (see ``World.busy``)."""
+        """Runs after every rule that returned: so the rule is over (see ``World.busy``). Then a
+        session whose conversation is near its budget makes way for a fresh one."""
         check_private_servers(self.world)
+        self._move_on_from_spent_sessions()
         self.world.busy = False
         self.rules_run += 1
+
+    def _move_on_from_spent_sessions(self) -> None:
+        """DELETE every agent session whose conversation is near its budget, and open a fresh
+        one in its place: every model call carries the whole conversation, and a program must stay
+        one that a correct server (and its model API) can run (:mod:`stateful.conversation`). Its
+        pairs' names then address the open sessions, as after ``delete_agent``; the DELETE is checked
+        as there (every process of its terminals gone)."""
+        if not self.world.budgeted:
+            return
+        budget = self.cfg.conversation_budget
+        for a in [a for a in self.live if conversation.spent(a.conversation, self.world.largest_turn, budget)]:
+            note(f"agent {a.index}: conversation {a.conversation} bytes (the largest turn {self.world.largest_turn}), "
+                 f"near its budget ({budget}): deleted, a fresh session takes its place")
+            event("agent: moved on to a fresh session (conversation budget)")
+            self._delete(a)
+            self._open_agent()
 
     def teardown(self) -> None:
         """Only cleans up: DELETE every open agent session (bulk closes and DELETE are checked by

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 
-__all__ = ["ACTIVE", "Meter", "metering", "timed", "beside", "waited", "received", "sleep", "http_kind"]
+__all__ = ["ACTIVE", "Meter", "metering", "timed", "beside", "waited", "received", "largest", "sleep", "http_kind"]
 
 
 @dataclass
@@ -33,6 +33,8 @@ class Meter:
     counts: Counter[str] = field(default_factory=Counter)
     received: Counter[str] = field(default_factory=Counter)
     """Bytes of response bodies per kind (HTTP only: what a poll costs besides its round trip)."""
+    largest: Counter[str] = field(default_factory=Counter)
+    """The largest size seen per kind (bytes): a model request's body, an agent session's conversation."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, kind: str, seconds: float, count: int = 1) -> None:
@@ -96,6 +98,14 @@ def received(kind: str, size: int) -> None:
     if meter is not None:
         with meter._lock:
             meter.received[kind] += size
+
+
+def largest(kind: str, size: int) -> None:
+    """Keep ``size`` as ``kind``'s largest if it is (nothing when metering is off)."""
+    meter = ACTIVE
+    if meter is not None:
+        with meter._lock:
+            meter.largest[kind] = max(meter.largest[kind], size)
 
 
 def sleep(seconds: float, where: str) -> None:

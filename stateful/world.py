@@ -23,6 +23,7 @@ from hypothesis import event, note
 
 from stateful import meter
 from stateful import strategies as gen
+from stateful.conversation import DEFAULT_BUDGET, REQUEST_BASE
 from stateful.model import Call, Ledger, SessionModel, pair_name
 from stateful.targets.base import AgentSession, Target
 from stateful.targets.probe import Probe, ProcRef
@@ -49,6 +50,10 @@ class MachineConfig:
     big_scrollback: int = 9000
     max_agents: int = 3
     probe: bool = True
+    conversation_budget: int = DEFAULT_BUDGET
+    """Bytes an agent session's conversation may reach (every model call carries it whole): the
+    machine keeps each session under it (:mod:`stateful.conversation`). Targets without a model
+    (the in-process one) have no conversation."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,9 @@ class Agent:
     model: SessionModel
     ledger: Ledger = field(default_factory=Ledger)
     shells: dict[int, Shell] = field(default_factory=dict)
+    conversation: int = REQUEST_BASE
+    """Bytes of the session's model requests so far, as the machine counts them
+    (:func:`stateful.conversation.turn_bytes`): the size of the next one, before its turn adds to it."""
 
 
 def tool_call(tool: str, args: dict[str, Any], deco: gen.Decoration = gen.Decoration()) -> Call:
@@ -232,6 +240,15 @@ class World:
         """Seconds the last turns took (:meth:`timed_turn`)."""
         self.last_wait: Wait | None = None
         """The last wait of :meth:`eventually` (how long it waited, how many looks: for a verdict's message)."""
+        self.largest_turn = 0
+        """Bytes the program's largest turn so far added to its session's conversation (what the next
+        one may add: :mod:`stateful.conversation`)."""
+
+    @property
+    def budgeted(self) -> bool:
+        """Whether the target's turns carry a conversation to a model, which the machine keeps under
+        ``conversation_budget``."""
+        return self.target.carries_conversation
 
     def probe_on(self, socket: str) -> bool:
         """Whether ground truth is available (decided once, from the first socket a launch named)."""

@@ -129,6 +129,8 @@ def test_a_bad_deviations_file_names_its_line(tmp_path: Path, text: str, line: i
     (["--db", "redis://:s3cret@127.0.0.1:1/0"], "--db redis://:***@127.0.0.1:1/0: Redis does not answer"),
     (["--db", "unix:///nowhere/redis.sock?db=0&password=s3cret"],
      "--db unix:///nowhere/redis.sock?db=0&password=***: Redis does not answer"),
+    (["--conversation-budget", "lots"], "argument --conversation-budget: 'lots' is not a size in bytes"),
+    (["--conversation-budget", "10kB"], "argument --conversation-budget: '10kB' is too small a conversation budget"),
 ])
 def test_a_usage_error_is_one_line_and_exit_2(run_root: Path, args: list[str], says: str) -> None:
     result, _ = campaign(run_root, *args, "--quiet")
@@ -280,6 +282,25 @@ def test_allowed_clauses_are_counted_as_known_and_the_campaign_passes(run_root: 
     assert known and set(known) <= set(FAULTS.values()) | CONSEQUENCES and all(n > 0 for n in known.values())
     junit = _junit(report_dir)
     assert all(junit[c].startswith("skipped: known deviation") for c in known)
+    assert "no clause failed outside the allowed ones" in result.stdout
+
+
+def test_a_campaign_with_a_small_conversation_budget_runs_to_its_end_on_the_correct_stack(
+        run_root: Path, tmp_path: Path) -> None:
+    """Issue 27: each agent session's conversation is kept under the budget (fresh sessions, small
+    reads, programs ended as invalid), so the correct embedded stack never fails a turn for it."""
+    report_dir = tmp_path / "report"
+    budget = 40
+    result, wall = campaign(run_root, "--budget", f"{budget}s", "--workers", "2", "--conversation-budget", "200kB",
+                            "--repro-dir", "", "--db", str(tmp_path / "db"), "--report", str(report_dir),
+                            timeout=budget + STOP_GRACE + 60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert wall <= budget + STOP_GRACE + 10, f"{wall:.0f} s for a {budget} s budget"
+    _nothing_left(run_root)
+    data = _report(report_dir)
+    assert data["failures"] == [] and data["known"] == []  # no target:TargetError, no error:ConversationTooLarge
+    # (that the budget is reached and acted on is tests/test_conversation.py's: fixed programs; a 40 s
+    # campaign on a loaded box may run only a few programs)
     assert "no clause failed outside the allowed ones" in result.stdout
 
 

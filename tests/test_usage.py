@@ -191,6 +191,8 @@ def test_dev_replay_without_a_file_says_so() -> None:
     (["--server-url", "http://127.0.0.1:1"],
      "--server-url, --mock-llm-url and --runner-id go together (missing: --mock-llm-url, --runner-id)"),
     (["--target", "bogus"], "unknown --target 'bogus'; known: direct, sessions, all"),
+    (["--conversation-budget", "10kB"],
+     "--conversation-budget: '10kB' is too small a conversation budget (at least 100kB)"),
 ])
 def test_a_usage_error_is_one_line(tmp_path: Path, args: list[str], error: str) -> None:
     result = run([*PYTEST, "stateful/", *args, "--repro-dir", str(tmp_path / "repros")])

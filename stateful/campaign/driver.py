@@ -134,7 +134,8 @@ def _campaign(args: argparse.Namespace, run_dir: Path, deviations: list[Deviatio
         target="sessions" if external else args.target, external=external, stack_latency=args.stack_latency,
         allowed=allowed, started=started, deadline=started + args.budget, shrink_budget=args.shrink_budget,
         repro_dir=args.repro_dir or None, db=args.db, step_timeout=args.step_timeout,
-        poll_deadline=args.poll_deadline, steps_per_program=args.steps, steer=not args.no_steering)
+        poll_deadline=args.poll_deadline, steps_per_program=args.steps, steer=not args.no_steering,
+        conversation_budget=args.conversation_budget)
     (run_dir / "config.json").write_text(json.dumps(asdict(config)), encoding="utf-8")
     progress = Progress(args.budget, quiet=args.quiet)
     workers = []

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
-from stateful.arguments import duration, milliseconds, positive_int, seconds
+from stateful.arguments import conversation_budget, duration, milliseconds, positive_int, seconds
 from stateful.campaign.database import DEFAULT_DB
 
 __all__ = ["EXIT_USAGE", "add_parser", "duration"]
@@ -60,6 +60,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
                         "also rediss://host:port/n and unix:///path.sock?db=n")
     p.add_argument("--step-timeout", type=seconds, metavar="S", help="seconds before a step is a hang")
     p.add_argument("--poll-deadline", type=seconds, metavar="S", help="seconds to wait for an eventual property")
+    p.add_argument("--conversation-budget", type=conversation_budget, metavar="SIZE",
+                   help="bytes an agent session's conversation may reach (every model call carries it whole; "
+                        "e.g. 200kB, 4MB; default: the campaign profile's, 4MB)")
     p.add_argument("--steps", type=positive_int, metavar="N", help="steps per program (default: the campaign profile's)")
     p.add_argument("--no-steering", action="store_true",
                    help="keep drawing the inputs of known failures (by default, once a failure is known, later "

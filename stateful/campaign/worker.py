@@ -67,6 +67,7 @@ class WorkerConfig:
     max_examples: int | None = None
     steps_per_program: int | None = None
     steer: bool = True               # later searches avoid the triggers of known failures (stateful.steering)
+    conversation_budget: int | None = None   # bytes; None: the campaign profile's
 
     @classmethod
     def load(cls, run_dir: Path) -> WorkerConfig:
@@ -287,8 +288,8 @@ def open_target(config: WorkerConfig, stack: ExitStack) -> tuple[type, Any]:
     import dataclasses
 
     machine_config = MACHINE_CONFIGS.get(PROFILE, MachineConfig())
-    changes = {k: v for k, v in (("step_timeout", config.step_timeout), ("poll_deadline", config.poll_deadline))
-               if v is not None}
+    changes = {k: v for k, v in (("step_timeout", config.step_timeout), ("poll_deadline", config.poll_deadline),
+                                 ("conversation_budget", config.conversation_budget)) if v is not None}
     machine_config = dataclasses.replace(machine_config, **changes)
     target: Any
     if config.target == "direct":

@@ -30,6 +30,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from stateful import meter
 from stateful.reference.guards import is_json
 
 DEFAULT_KEY = "default"
@@ -425,6 +426,7 @@ def create_mock_llm_app(state: MockState | None = None) -> Starlette:
             return _api_error(str(exc), exc.status)
         if not isinstance(body, dict):
             return _api_error("the request body must be a JSON object", 400)
+        meter.largest("model request", request.state.body_size)
         key, entry = mock.take(body, request.state.body_size)
         if entry.delay:
             await asyncio.sleep(entry.delay)

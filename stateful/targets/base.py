@@ -20,7 +20,8 @@ from typing import Any
 
 from stateful.model import Call, EventView
 
-__all__ = ["Call", "EventView", "Step", "AgentSession", "Target", "StepTimeout", "TargetError", "ServerError"]
+__all__ = ["Call", "EventView", "Step", "AgentSession", "Target", "StepTimeout", "TargetError", "ServerError",
+           "ConversationTooLarge"]
 
 Step = Sequence[Call]
 """The calls of one model reply (they run concurrently)."""
@@ -29,6 +30,12 @@ Step = Sequence[Call]
 class TargetError(RuntimeError):
     """The target could not run a turn for a reason outside the tools (no answer, a 5xx, a failed
     turn, a hang). Not a contract violation: reported as what it is, never written as a repro."""
+
+
+class ConversationTooLarge(RuntimeError):
+    """A turn failed because the model refused a call for its size: the tester let the session's
+    conversation grow past what the model accepts (``conversation_budget``). The tester's error, not
+    the server's: never a :class:`TargetError`, never a repro; its message is one line."""
 
 
 class ServerError(TargetError):
@@ -97,6 +104,9 @@ class Target(abc.ABC):
     """Address for reports."""
     declared: Mapping[str, str]
     """Declared terminal name -> command line, as the agent spec declares them."""
+    carries_conversation: bool = False
+    """Whether every model call of a turn carries the agent session's whole conversation (a server's
+    agent loop, which a model API refuses past its size); the in-process target has no model."""
     events_with_calls: bool = False
     """Whether the target records a launch's created event and a close's deleted event before the
     call returns (the in-process registry does). Elsewhere they are polled for: §2.4 gives no bound."""

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import secrets
 import threading
 import time
@@ -73,7 +74,8 @@ from stateful.clauses import fail
 from stateful.model import EventView
 from stateful.recording import Recorder
 from stateful.reference.bundle import build_bundle
-from stateful.targets.base import AgentSession, ServerError, Step, StepTimeout, Target, TargetError
+from stateful.targets.base import (AgentSession, ConversationTooLarge, ServerError, Step, StepTimeout, Target,
+                                   TargetError)
 from stateful.targets.direct import BASHRC
 from stateful.waiting import Wait
 
@@ -132,6 +134,9 @@ seconds: its end is seen at most 20 % late, and a real server's turn of 0.4-1.5 
 requests (which, on one box, took CPU from the turn itself)."""
 
 
+TOO_LARGE = re.compile(r"larger than \d+ bytes|HTTP 413|request entity too large|context.length", re.IGNORECASE)
+"""What a turn's error says when the model refused a call for its size (see :func:`refused_for_size`)."""
+
 T = TypeVar("T")
 _NOT_JSON = object()
 
@@ -157,6 +162,18 @@ def same_arguments(sent: str, recorded: Any) -> bool:
         return True
     again = _json_or_not(recorded)
     return isinstance(again, dict) and json.dumps(value, sort_keys=True) == json.dumps(again, sort_keys=True)
+
+
+def refused_for_size(error: Any) -> bool:
+    """Whether a failed turn's ``last_task_error`` says the model refused a call for its size: the
+    project's mock LLM ("request body larger than N bytes"), HTTP 413, a model's context length."""
+    return bool(TOO_LARGE.search(json.dumps(error))) if error else False
+
+
+def one_line(error: Any) -> str:
+    """A ``last_task_error`` in one line of at most 300 characters."""
+    text = " ".join(str(error.get("message") if isinstance(error, Mapping) else error).split())
+    return text if len(text) <= 300 else text[:290] + "..."
 
 
 def unreachable(request: httpx.Request, exc: httpx.HTTPError) -> TargetError:
@@ -351,6 +368,11 @@ class HttpSession(AgentSession):
                 arguments[item.get("call_id")] = item.get("arguments")
         if outcome.get("status") != "completed":
             done = sum(1 for cids in ids for c in cids if c in outputs)
+            if refused_for_size(outcome.get("error")):
+                raise ConversationTooLarge(
+                    f"turn {tag} on {self._t.where}: the model refused a call for its size "
+                    f"({one_line(outcome.get('error'))}): the tester let this session's conversation grow past "
+                    "what the model accepts (a tester error, not a server failure; see --conversation-budget)")
             raise TargetError(f"turn {tag} on {self._t.where} ended {outcome.get('status')}: "
                               f"{outcome.get('error')!r} ({done} of {sum(map(len, ids))} calls have outputs)")
         result: list[list[str]] = []
@@ -635,6 +657,7 @@ class HttpSession(AgentSession):
 
 class SessionsTarget(Target):
     name = "sessions"
+    carries_conversation = True
 
     def __init__(self, server_url: str, mock_llm_url: str, runner_id: str, *,
                  transport: httpx.BaseTransport | None = None) -> None:
