@@ -11,7 +11,6 @@ awaited output never shows, the failure says what the screen shows about the tex
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 

@@ -577,8 +577,9 @@ class TerminalMachine(RuleBasedStateMachine):
             return
         budget = self.cfg.conversation_budget
         for a in [a for a in self.live if conversation.spent(a.conversation, self.world.largest_turn, budget)]:
-            note(f"agent {a.index}: conversation {a.conversation} bytes (the largest turn {self.world.largest_turn}), "
-                 f"near its budget ({budget}): deleted, a fresh session takes its place")
+            self.world.transcript.add_line(
+                f"agent {a.index}: conversation {a.conversation} bytes (the largest turn {self.world.largest_turn}), "
+                f"near its budget ({budget}): deleted, a fresh session takes its place")
             event("agent: moved on to a fresh session (conversation budget)")
             self._delete(a)
             self._open_agent()
