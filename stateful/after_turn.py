@@ -29,6 +29,7 @@ from hypothesis import event
 from stateful import checks
 from stateful.clauses import fail
 from stateful.model import (
+    HELD_WITH,
     PANE_ROWS,
     Call,
     ContractViolation,
@@ -125,7 +126,9 @@ def judge_outputs(ctx: TurnContext, index: int) -> list[Judgement]:
         ctx.agent.model = judgements[0].model
     for judgement in judgements:
         event(judgement.label)
-        exercised(judgement.clause)
+        exercised(judgement.clause, *HELD_WITH.get(judgement.clause, ()), "output.json")  # judge() parsed it first
+    if len(calls) > 1:
+        exercised("step.concurrent")  # some order of the concurrent calls explained their outputs
     return judgements
 
 
