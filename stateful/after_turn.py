@@ -184,6 +184,7 @@ def screen_isolation(ctx: TurnContext, call: Call, judgement: Judgement) -> None
             fail("screen.isolation",
                  f"{call!r}: the screen of {pair_name(terminal, session)} (agent {ctx.agent.index}) shows {token}, "
                  f"which was typed into {pair_name(other[1], other[2])} of agent {other[0]}")
+    exercised("screen.isolation")
 
 
 def history_before(world: World, agent: Agent, steps: Sequence[Sequence[Call]]) -> History:
@@ -249,6 +250,8 @@ def check_private_servers(world: World) -> None:
                 fail("launch.private-server", f"{name} and {seen[p.socket]} share tmux_socket {p.socket!r}: "
                                               "each terminal has its own private server")
             seen[p.socket] = name
+    if len(seen) > 1:
+        exercised("launch.private-server")
 
 
 def events_recorded(ctx: TurnContext) -> None:
@@ -288,6 +291,7 @@ def ground_truth(ctx: TurnContext) -> None:
                 fail("launch.server-runs", f"launch said {pair_name(p.terminal, p.session)} runs at {p.socket}, "
                                            "but no tmux server with a pane answers there")
             shell.processes = view.members
+            exercised("launch.server-runs")
     for number in sorted(agent.model.ended - ctx.ended_before):
         ended = agent.shells.get(number)
         if ended is None or ended.exited or not ended.processes or not world.probe_on(ended.socket):
