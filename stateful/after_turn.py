@@ -300,9 +300,10 @@ def ground_truth(ctx: TurnContext) -> None:
 
 
 def coverage(ctx: TurnContext) -> None:
-    """Not a check: the sessions target checks every turn's items and their pagination as it reads them."""
+    """Not a check: the sessions target checks every turn's items and their pagination as it reads them,
+    and the status and shape of every answer of the sessions API it reads them from."""
     if ctx.world.target.name == "sessions":
-        exercised("items.pagination", "items.calls")
+        exercised("items.pagination", "items.calls", "api.status")
 
 
 AFTER_TURN: tuple[TurnCheck, ...] = (private_servers, events_recorded, ground_truth, coverage)
