@@ -30,6 +30,7 @@ from stateful import checks
 from stateful.clauses import fail
 from stateful.model import (
     HELD_WITH,
+    NAMED_KEYS,
     PANE_ROWS,
     Call,
     ContractViolation,
@@ -129,6 +130,8 @@ def judge_outputs(ctx: TurnContext, index: int) -> list[Judgement]:
         exercised(judgement.clause, *HELD_WITH.get(judgement.clause, ()), "output.json")  # judge() parsed it first
     if len(calls) > 1:
         exercised("step.concurrent")  # some order of the concurrent calls explained their outputs
+    if any(extra_keys(call) for call in calls):
+        exercised("args.extra-keys")  # the outputs were judged as if the extra keys were not there
     return judgements
 
 
@@ -169,6 +172,15 @@ def track_shells(ctx: TurnContext, call: Call, judgement: Judgement) -> None:
     for pair in ctx.agent.model.pairs:
         if pair.instance not in ctx.agent.shells:
             ctx.agent.shells[pair.instance] = Shell(socket=pair.socket)
+
+
+def extra_keys(call: Call) -> set[str]:
+    """The keys of a call's arguments that its tool does not name (every tool must ignore them)."""
+    try:
+        args = json.loads(call.arguments)
+    except ValueError:
+        return set()
+    return set(args) - NAMED_KEYS.get(call.tool, set(args)) if isinstance(args, dict) else set()
 
 
 def screen_isolation(ctx: TurnContext, call: Call, judgement: Judgement) -> None:

@@ -244,11 +244,16 @@ def test_report_html_opens_in_headless_chromium(tmp_path: Path) -> None:
 def test_a_fixed_deviation_is_stale_and_fails_the_campaign_on_the_correct_stack(
         run_root: Path, tmp_path: Path) -> None:  # noqa: F811 - run_root is the fixture imported above
     """A campaign with a planted fault writes its baseline (the clause, its first line, its repro);
-    on the correct embedded stack that deviation is stale: its repro replays FIXED and its clause
-    holds. Exit 1 with one line naming the entry to remove; ``--allow-stale`` turns that off."""
+    on the correct embedded stack that deviation is stale: its repro replays FIXED at the start.
+    Exit 1 with one line naming the entry to remove; ``--allow-stale`` turns that off.
+
+    The planted fault's campaign runs on the direct target (the reference tools in-process), where it
+    meets the fault within seconds: on the sessions target of a loaded box one worker ran 16 programs
+    in 90 s and never drew a boolean scrollback. The stale campaigns run on the sessions API of the
+    correct embedded stack."""
     repros, baseline = tmp_path / "repros", tmp_path / "baseline.toml"
-    first, _ = campaign(run_root, "--budget", "90s", "--workers", "1", "--shrink-budget", "10", "--repro-dir",
-                        str(repros), "--db", str(tmp_path / "db"), "--report", str(tmp_path / "r1"),
+    first, _ = campaign(run_root, "--target", "direct", "--budget", "60s", "--workers", "2", "--shrink-budget", "8",
+                        "--repro-dir", str(repros), "--db", str(tmp_path / "db"), "--report", str(tmp_path / "r1"),
                         "--write-deviations", str(baseline), faults="scrollback-bool", timeout=300)
     assert first.returncode == 1, first.stdout + first.stderr
     written = load_deviations(baseline)

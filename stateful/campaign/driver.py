@@ -249,5 +249,7 @@ def _summary(report: CampaignReport, written: list[Path], interrupted: bool) -> 
         lines.append("interrupted: the budget was not spent, so this is no verdict of a pass")
     elif not report.failures and not report.errors:
         lines.append("no clause failed outside the allowed ones")
+    if report.stale:
+        lines.append(f"{len(report.stale)} known deviations are stale (fixed): remove their entries (the STALE lines)")
     lines += [f"report: {p}" for p in written]
     print("\n".join(lines), flush=True)

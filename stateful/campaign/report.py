@@ -113,21 +113,29 @@ def build_report(budget: float, elapsed: float, workers: int, states: Sequence[M
         timeline=timeline(states, elapsed))
 
 
-TIMELINE_POINTS = 120
+TIMELINE_POINTS = 60
 
 
 def timeline(states: Sequence[Mapping[str, Any]], elapsed: float) -> list[list[float]]:
-    """``[seconds, steps]`` of the workers together at evenly spaced times (each worker's ``series``
-    of ``[seconds, programs, steps]``: its last point at or before each time)."""
+    """``[seconds, steps]`` of the workers together at evenly spaced times, from each worker's
+    ``series`` of ``[seconds, programs, steps]`` (saved after programs, at most every
+    ``worker.SAVE_EVERY`` s: between two saves the steps are interpolated, after its last one they stay)."""
     series = [s.get("series") or [] for s in states]
     if elapsed <= 0 or not any(series):
         return []
-    points = []
-    for i in range(TIMELINE_POINTS + 1):
-        t = elapsed * i / TIMELINE_POINTS
-        steps = sum(next((p[2] for p in reversed(one) if p[0] <= t), 0) for one in series)
-        points.append([round(t, 1), steps])
-    return points
+    return [[round(elapsed * i / TIMELINE_POINTS, 1),
+             round(sum(_steps_at(one, elapsed * i / TIMELINE_POINTS) for one in series), 1)]
+            for i in range(TIMELINE_POINTS + 1)]
+
+
+def _steps_at(series: Sequence[Sequence[float]], t: float) -> float:
+    before = [0.0, 0, 0]
+    for point in series:
+        if point[0] >= t:
+            span = point[0] - before[0]
+            return before[2] + (point[2] - before[2]) * ((t - before[0]) / span if span > 0 else 1.0)
+        before = list(point)
+    return float(before[2])
 
 
 def write_reports(report: CampaignReport, directory: Path) -> list[Path]:
