@@ -109,6 +109,16 @@ def test_a_deviation_whose_repro_replays_fixed_is_stale_unless_met_again(tmp_pat
     assert "its repro test_x_0123456789.py replays FIXED" in report.stale[0].line()
 
 
+def test_a_deviation_whose_repro_still_fails_is_never_stale_however_often_its_clause_held(tmp_path: Path) -> None:
+    (tmp_path / "test_x_0123456789.py").write_text("")
+    [deviation] = _deviations(tmp_path, '[[deviation]]\nclause = "launch.already-running"\nwhy = "a race"\n'
+                                        'repro = "test_x_0123456789.py"\n')
+    state = _state(_held("launch.already-running", n=40))
+    assert [e.deviation for e in build_report(10, 10, 1, [state], {}, [deviation], []).stale] == [deviation]
+    report = build_report(10, 10, 1, [state], {}, [deviation], [], failing_repros={deviation.source})
+    assert report.stale == [] and next(v for v in report.clauses if v.id == "launch.already-running").verdict == "known"
+
+
 def test_a_repro_that_is_not_a_file_is_a_usage_error_naming_its_line(tmp_path: Path) -> None:
     with pytest.raises(DeviationsError, match=r"deviations.toml:4: repro 'missing.py' is not a file"):
         _deviations(tmp_path, '[[deviation]]\nclause = "send.keys"\nwhy = "w"\nrepro = "missing.py"\n')
@@ -270,7 +280,7 @@ def test_a_fixed_deviation_is_stale_and_fails_the_campaign_on_the_correct_stack(
     verdicts = {v["id"]: v for v in data["clauses"]}
     assert list(verdicts) == list(CLAUSES) and all(v["why"] for v in verdicts.values())
     assert verdicts[SCROLLBACK]["verdict"] == "stale", verdicts[SCROLLBACK]
-    assert f"repro {entry.repro}: FIXED" in second.stdout
+    assert f"deviation {SCROLLBACK} ({entry.source}): repro {entry.repro} FIXED in " in second.stdout
     stale_lines = [line for line in second.stderr.splitlines() if line.startswith("STALE")]
     assert stale_lines == [f"STALE  {SCROLLBACK}: remove its [[deviation]] entry at {entry.source}: its repro "
                            f"{entry.repro} replays FIXED at the campaign's start"], second.stderr

@@ -132,7 +132,7 @@ def _campaign(args: argparse.Namespace, run_dir: Path, deviations: list[Deviatio
     """Replay the deviations' repros, start the workers, follow them until the budget (or an interrupt),
     report; the exit status."""
     allowed = sorted(set(args.allow) | {d.clause for d in deviations})
-    fixed, replays = _replay_deviations(deviations, external, args.budget, quiet=args.quiet)
+    fixed, failing, replays = _replay_deviations(deviations, external, args.budget, quiet=args.quiet)
     (run_dir / "seen").mkdir()
     started = time.time()
     config = WorkerConfig(
@@ -163,7 +163,7 @@ def _campaign(args: argparse.Namespace, run_dir: Path, deviations: list[Deviatio
     states = _read_states(run_dir, args.workers)
     report = build_report(args.budget, elapsed, args.workers, states, seen.claims(run_dir / "seen"),
                           deviations, allowed, steered=seen.avoided(run_dir / "seen"), interrupted=interrupted,
-                          target=config.target, fixed_repros=fixed, replays=replays)
+                          target=config.target, fixed_repros=fixed, failing_repros=failing, replays=replays)
     for index, (worker, state) in enumerate(zip(workers, states)):
         if worker.proc.returncode not in (0, None) and not state.get("errors") and not interrupted \
                 and worker.proc.returncode > 0:
@@ -182,15 +182,17 @@ def _campaign(args: argparse.Namespace, run_dir: Path, deviations: list[Deviatio
 
 
 def _replay_deviations(deviations: list[Deviation], external: list[str] | None, budget: float, *,
-                       quiet: bool) -> tuple[dict[str, str], dict[str, str]]:
+                       quiet: bool) -> tuple[dict[str, str], set[str], dict[str, str]]:
     """Replay each deviation's repro (``stateful.replay``) before the search starts, against the same
-    server: (the entries whose repro is FIXED -> what the replay said, every replayed entry -> its
-    line). A repro that is skipped or cannot run proves nothing either way: it is reported, not stale."""
+    server: (the entries whose repro is FIXED -> why they are stale, the entries whose repro is STILL
+    FAILING, every replayed entry -> its line), entries by their ``FILE:LINE``. A repro that is skipped
+    or cannot run proves nothing either way: it is reported, nothing more."""
     from stateful.replay import run_repro
 
     server = [x for flag, value in zip(("--server-url", "--mock-llm-url", "--runner-id"), external or ())
               for x in (flag, value)]
     fixed: dict[str, str] = {}
+    failing: set[str] = set()
     replays: dict[str, str] = {}
     for deviation in deviations:
         path = deviation.repro_path
@@ -201,9 +203,11 @@ def _replay_deviations(deviations: list[Deviation], external: list[str] | None, 
         replays[deviation.source] = f"{deviation.repro}: {said}"
         if verdict.status == "FIXED":
             fixed[deviation.source] = "replays FIXED at the campaign's start"
+        elif verdict.status == "STILL FAILING":
+            failing.add(deviation.source)
         if not quiet:
-            print(f"deviation {deviation.clause} ({deviation.source}): repro {said}", flush=True)
-    return fixed, replays
+            print(f"deviation {deviation.clause} ({deviation.source}): repro {deviation.repro} {said}", flush=True)
+    return fixed, failing, replays
 
 
 def _write_baseline(path: Path, report: CampaignReport) -> Path:

@@ -70,11 +70,11 @@ def build_report(budget: float, elapsed: float, workers: int, states: Sequence[M
                  claims: Mapping[str, Mapping[str, Any]], deviations: Sequence[Deviation],
                  allowed: Iterable[str], steered: Iterable[str] = (), interrupted: bool = False, *,
                  target: str = "sessions", fixed_repros: Mapping[str, str] | None = None,
-                 replays: Mapping[str, str] | None = None) -> CampaignReport:
+                 failing_repros: Iterable[str] = (), replays: Mapping[str, str] | None = None) -> CampaignReport:
     """Sum the workers' counts; every claimed failure once (as its worker recorded it, else as
     claimed: found, but the budget ended before it was shrunk); every clause's verdict (``target``:
-    what the campaign could observe; ``fixed_repros``: the deviations whose repro replayed FIXED, by
-    the ``FILE:LINE`` of their entry)."""
+    what the campaign could observe; ``fixed_repros``, ``failing_repros``: the deviations whose repro
+    replayed FIXED, STILL FAILING, by the ``FILE:LINE`` of their entry)."""
     coverage: Counter[str] = Counter()
     known: Counter[str] = Counter()
     repeats: Counter[str] = Counter()
@@ -99,10 +99,13 @@ def build_report(budget: float, elapsed: float, workers: int, states: Sequence[M
     listed = {d.clause for d in deviations} | set(allowed)
     programs = sum(int(s.get("programs", 0)) for s in states)
     met = {c for c in listed if known[c]}
-    stale = stale_entries(deviations, exercised(coverage), met | {f["clause"] for f in failures}, fixed_repros or {})
+    stale = stale_entries(deviations, exercised(coverage), met | {f["clause"] for f in failures}, fixed_repros or {},
+                          failing_repros)
     steered = sorted(steered)
-    verdicts = clause_verdicts(coverage=coverage, failed={f["clause"] for f in failures}, known=met, stale=stale,
-                               deviations=deviations, target=target, steered=steered, programs=programs,
+    failing_repros = set(failing_repros)
+    still_failing = {d.clause for d in deviations if d.source in failing_repros}  # known, met by the search or not
+    verdicts = clause_verdicts(coverage=coverage, failed={f["clause"] for f in failures}, known=met | still_failing,
+                               stale=stale, deviations=deviations, target=target, steered=steered, programs=programs,
                                interrupted=interrupted, elapsed=round(elapsed, 1))
     return CampaignReport(
         budget_s=round(budget, 1), elapsed_s=round(elapsed, 1), workers=workers,
