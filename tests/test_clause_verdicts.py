@@ -194,6 +194,8 @@ def test_report_md_and_junit_carry_the_verdicts_a_not_exercised_clause_skipped_w
     for v in report.clauses:
         assert f"| `{v.id}` | [{v.section}]({contract_link(v.section)}) | {v.verdict} | {v.programs} |" in md
     assert contract_link("§1 read") == "CONTRACT.md#sys_terminal_read-terminal-session-scrollback"
+    assert contract_link("§2.8") == "CONTRACT.md#2-the-sessions-api-http-json-loopback"  # an item of §2's list
+    assert all(not contract_link(c.section).endswith("#") for c in CLAUSES.values())
     cases = {c.get("name"): c for c in ET.parse(tmp_path / "junit.xml").getroot().iter("testcase")}
     assert set(CLAUSES) <= set(cases)
     for clause, case in cases.items():

@@ -95,7 +95,9 @@ def exercised(coverage: Mapping[str, int]) -> dict[str, int]:
 def contract_link(section: str) -> str:
     """The link to the CONTRACT.md heading of ``section`` (``§1 send``, ``§2.4``, ...)."""
     base = os.environ.get("STATEFUL_CONTRACT_URL", CONTRACT)
-    return f"{base}#{SECTION_ANCHORS.get(section, SECTION_ANCHORS.get(section.split()[0], ''))}"
+    number = section.split()[0]
+    anchor = SECTION_ANCHORS.get(section) or SECTION_ANCHORS.get(number) or SECTION_ANCHORS.get(number.split(".")[0], "")
+    return f"{base}#{anchor}"
 
 
 def stale_entries(deviations: Sequence[Deviation], held: Mapping[str, int], met: Iterable[str],
