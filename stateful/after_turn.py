@@ -29,6 +29,8 @@ from hypothesis import event, note, reject
 from stateful import checks, conversation, meter
 from stateful.clauses import fail
 from stateful.model import (
+    HELD_WITH,
+    NAMED_KEYS,
     PANE_ROWS,
     Call,
     ContractViolation,
@@ -144,7 +146,11 @@ def judge_outputs(ctx: TurnContext, index: int) -> list[Judgement]:
         ctx.agent.model = judgements[0].model
     for judgement in judgements:
         event(judgement.label)
-        exercised(judgement.clause)
+        exercised(judgement.clause, *HELD_WITH.get(judgement.clause, ()), "output.json")  # judge() parsed it first
+    if len(calls) > 1:
+        exercised("step.concurrent")  # some order of the concurrent calls explained their outputs
+    if any(extra_keys(call) for call in calls):
+        exercised("args.extra-keys")  # the outputs were judged as if the extra keys were not there
     return judgements
 
 
@@ -187,6 +193,15 @@ def track_shells(ctx: TurnContext, call: Call, judgement: Judgement) -> None:
             ctx.agent.shells[pair.instance] = Shell(socket=pair.socket)
 
 
+def extra_keys(call: Call) -> set[str]:
+    """The keys of a call's arguments that its tool does not name (every tool must ignore them)."""
+    try:
+        args = json.loads(call.arguments)
+    except ValueError:
+        return set()
+    return set(args) - NAMED_KEYS.get(call.tool, set(args)) if isinstance(args, dict) else set()
+
+
 def screen_isolation(ctx: TurnContext, call: Call, judgement: Judgement) -> None:
     """A marker typed into one pair never shows in the screen of another (of any session)."""
     if call.tool != READ or not (isinstance(judgement.value, dict) and "screen" in judgement.value):
@@ -200,6 +215,7 @@ def screen_isolation(ctx: TurnContext, call: Call, judgement: Judgement) -> None
             fail("screen.isolation",
                  f"{call!r}: the screen of {pair_name(terminal, session)} (agent {ctx.agent.index}) shows {token}, "
                  f"which was typed into {pair_name(other[1], other[2])} of agent {other[0]}")
+    exercised("screen.isolation")
 
 
 def history_before(world: World, agent: Agent, steps: Sequence[Sequence[Call]]) -> History:
@@ -265,6 +281,8 @@ def check_private_servers(world: World) -> None:
                 fail("launch.private-server", f"{name} and {seen[p.socket]} share tmux_socket {p.socket!r}: "
                                               "each terminal has its own private server")
             seen[p.socket] = name
+    if len(seen) > 1:
+        exercised("launch.private-server")
 
 
 def events_recorded(ctx: TurnContext) -> None:
@@ -304,6 +322,7 @@ def ground_truth(ctx: TurnContext) -> None:
                 fail("launch.server-runs", f"launch said {pair_name(p.terminal, p.session)} runs at {p.socket}, "
                                            "but no tmux server with a pane answers there")
             shell.processes = view.members
+            exercised("launch.server-runs")
     for number in sorted(agent.model.ended - ctx.ended_before):
         ended = agent.shells.get(number)
         if ended is None or ended.exited or not ended.processes or not world.probe_on(ended.socket):
@@ -312,9 +331,10 @@ def ground_truth(ctx: TurnContext) -> None:
 
 
 def coverage(ctx: TurnContext) -> None:
-    """Not a check: the sessions target checks every turn's items and their pagination as it reads them."""
+    """Not a check: the sessions target checks every turn's items and their pagination as it reads them,
+    and the status and shape of every answer of the sessions API it reads them from."""
     if ctx.world.target.name == "sessions":
-        exercised("items.pagination", "items.calls")
+        exercised("items.pagination", "items.calls", "api.status")
 
 
 AFTER_TURN: tuple[TurnCheck, ...] = (private_servers, events_recorded, ground_truth, coverage)

@@ -75,7 +75,8 @@ def poll_screen(world: World, agent: Agent, ref: PairRef, done: Callable[[str], 
 
     screen, _ = world.eventually(f"read: {what.split(' ')[0]} shown", shown)
     if screen is not None:
-        exercised("read.output-shows", "send.text-literal" if typed is not None and typed.uid else "")
+        ran = typed is not None and bool(typed.uid)  # its marker's output: typed as written, and submitted
+        exercised("read.output-shows", "send.text-literal" if ran else "", "send.keys" if ran else "")
         return screen
     tail = "\n".join(f"    | {row}" for row in screens[0].rstrip("\n").split("\n")[-30:])
     clause, cause = "read.output-shows", "it never showed"

@@ -489,6 +489,7 @@ class TerminalMachine(RuleBasedStateMachine):
         args = pair_args(ref, text="", keys="") if tool == SEND else pair_args(ref)
         a = self._agent_of(pair)
         self._turn(a, [[tool_call(tool, args)], list_step()] if tool in (LAUNCH, CLOSE) else [[tool_call(tool, args)]])
+        exercised("scope.names-exact")
 
     @precondition(lambda self: not steering.avoided("server-terminals"))
     @rule(agent=AGENT, tool=st.sampled_from((SEND, READ, CLOSE, LAUNCH)))
@@ -500,12 +501,14 @@ class TerminalMachine(RuleBasedStateMachine):
         if tool == SEND:
             args.update(text="", keys="")
         self._turn(a, [[tool_call(tool, args)], list_step()])
+        exercised("scope.server-terminals")
 
     @rule(pair=pairs, other=AGENT, tool=st.sampled_from((SEND, READ, CLOSE)))
     def other_agent(self, pair: PairRef, other: int, tool: str) -> None:
         """A pair's names used in another agent session: that session has its own terminals."""
         args = pair_args(pair, text="", keys="") if tool == SEND else pair_args(pair)
         self._turn(self._agent(other), [[tool_call(tool, args)]])
+        exercised("scope.session")
 
     @precondition(lambda self: bool(self._live_refs()) and (len(self.live) > 1 or len(self.live) < self.cfg.max_agents))
     @rule(target=pairs, index=PICK, other=AGENT, tool=st.sampled_from((LAUNCH, SEND, READ, CLOSE)))
@@ -521,6 +524,7 @@ class TerminalMachine(RuleBasedStateMachine):
         args = pair_args(ref, text="", keys="") if tool == SEND else pair_args(ref)
         self._turn(a, [[tool_call(tool, args)], list_step()] if tool in (LAUNCH, CLOSE) else [[tool_call(tool, args)]])
         event(f"cross-session: {tool.removeprefix('sys_terminal_')} of a live pair of another session")
+        exercised("scope.session")
         return PairRef(a.index, ref.terminal, ref.session)
 
     @precondition(lambda self: bool(self._live_refs()))

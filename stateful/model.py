@@ -237,6 +237,16 @@ class Judgement:
     """The clause the output was held to (``python -m stateful clauses``): what the run exercised."""
 
 
+HELD_WITH: dict[str, tuple[str, ...]] = {
+    "launch.one-launched": ("launch.result",),
+    "launch.already-running": ("launch.result",),
+    "launch.relaunch": ("launch.result",),
+    "list.registered": ("list.result", "list.baseline", "list.fields", "list.order"),
+}
+"""The clauses a judgement of the key's clause held on its way there (:func:`judge` checks them first):
+a campaign's per-clause verdict counts them as exercised too."""
+
+
 def _short(value: Any, limit: int = 400) -> str:
     text = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else value
     text = text.replace("\n", "\\n")

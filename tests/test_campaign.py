@@ -202,7 +202,8 @@ def test_the_steps_of_a_failing_program_count_the_rule_that_raised() -> None:
 def _report(directory: Path) -> dict[str, Any]:
     data = json.loads((directory / "report.json").read_text())
     assert set(data) == {"budget_s", "elapsed_s", "interrupted", "workers", "programs", "steps", "failures", "known",
-                         "steered", "coverage"}
+                         "steered", "coverage", "clauses", "stale", "timeline"}
+    assert [c["id"] for c in data["clauses"]] == list(CLAUSES) and all(c["why"] for c in data["clauses"])
     assert data["interrupted"] is False
     assert all(set(f) == set(FAILURE_KEYS) for f in data["failures"])
     assert data["programs"] > 0 and data["steps"] > 0 and data["workers"] == 2
@@ -260,7 +261,7 @@ def test_a_campaign_finds_each_planted_bug_once_writes_its_repro_and_keeps_going
     assert {n for n, o in junit.items() if o == "failed"} == set(found)
     assert "passed" in junit.values()
     md = (report_dir / "report.md").read_text()
-    assert "# Campaign report: FAILED" in md and "## Never exercised" in md
+    assert "# Campaign report: FAILED" in md and "## Clauses" in md
     for clause in FAULTS.values():
         assert f"FAILED {clause}: " in result.stdout
     # once scrollback-bool's violation was known, later searches stopped drawing boolean scrollbacks

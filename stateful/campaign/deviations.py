@@ -6,25 +6,33 @@ clause = "list.baseline"          # a clause id (python -m stateful clauses)
 why = "tui:main is listed ..."    # required: what the server does and why it is known
 server = "omnigent"               # optional
 version = "0.19.1"                # optional
+cause = "semicolon-edge"          # optional: the finding's cause, where the campaign named one
+repro = "repros/test_x_0123456789.py"  # optional: a repro that fails while the deviation lasts
 ```
 
-A known deviation is counted and reported as known; it never fails a campaign. A file that is not
-valid TOML, an entry without ``clause`` or ``why``, an unknown key or an unknown clause id is a usage
-error that names the line.
+A known deviation is counted and reported as known; it never fails a campaign. It goes *stale* once
+it is fixed: its clause was exercised and held in a campaign, or its ``repro`` (relative to the file's
+directory) replays FIXED at the campaign's start; a stale entry fails the campaign until it is removed
+(``--allow-stale``: it does not). A file that is not valid TOML, an entry without ``clause`` or ``why``,
+an unknown key, an unknown clause id or a repro that is not a file is a usage error that names the
+line. :func:`dump_deviations` writes such a file (``--write-deviations``: a first run's baseline).
 """
 
 from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from stateful.clauses import CLAUSES
 
-__all__ = ["Deviation", "DeviationsError", "load_deviations", "unknown_clause"]
+__all__ = ["Deviation", "DeviationsError", "dump_deviations", "load_deviations", "unknown_clause"]
 
-KEYS = frozenset({"clause", "why", "server", "version"})
+KEYS = frozenset({"clause", "why", "server", "version", "cause", "repro"})
+OPTIONAL = ("server", "version", "cause", "repro")
 
 
 class DeviationsError(ValueError):
@@ -37,6 +45,19 @@ class Deviation:
     why: str
     server: str = ""
     version: str = ""
+    cause: str = ""
+    repro: str = ""
+    """As written in the file (relative to its directory, or absolute); :attr:`repro_path` resolves it."""
+    source: str = field(default="", compare=False)
+    """``FILE:LINE`` of its ``[[deviation]]`` header: the entry a stale deviation's message says to remove."""
+    base: Path | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def repro_path(self) -> Path | None:
+        if not self.repro:
+            return None
+        path = Path(self.repro)
+        return path if path.is_absolute() or self.base is None else self.base / path
 
 
 def unknown_clause(clause_id: str) -> str | None:
@@ -94,14 +115,35 @@ def load_deviations(path: Path) -> list[Deviation]:
             if not isinstance(entry.get(key), str) or not entry[key].strip():
                 where = _key_line(text, start, key)
                 raise DeviationsError(f"{path}:{where}: deviation needs a non-empty string {key!r}")
-        for key in ("server", "version"):
+        for key in OPTIONAL:
             if key in entry and not isinstance(entry[key], str):
                 raise DeviationsError(f"{path}:{_key_line(text, start, key)}: {key!r} must be a string")
         problem = unknown_clause(entry["clause"])
         if problem:
             raise DeviationsError(f"{path}:{_key_line(text, start, 'clause')}: {problem}")
-        found.append(Deviation(entry["clause"], entry["why"].strip(), entry.get("server", ""), entry.get("version", "")))
+        deviation = Deviation(entry["clause"], entry["why"].strip(), *(entry.get(k, "") for k in OPTIONAL),
+                              source=f"{path}:{start}", base=path.parent)
+        repro = deviation.repro_path
+        if repro is not None and not repro.is_file():
+            raise DeviationsError(f"{path}:{_key_line(text, start, 'repro')}: repro {deviation.repro!r} is not a file "
+                                  f"(looked for {repro})")
+        found.append(deviation)
     return found
+
+
+def dump_deviations(deviations: Iterable[Deviation], header: str = "") -> str:
+    """``deviations`` as a file :func:`load_deviations` reads back."""
+    lines = [f"# {line}".rstrip() for line in header.splitlines()]
+    for d in deviations:
+        lines += ["", "[[deviation]]", f"clause = {_toml_string(d.clause)}", f"why = {_toml_string(d.why)}"]
+        lines += [f"{key} = {_toml_string(getattr(d, key))}" for key in OPTIONAL if getattr(d, key)]
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def _toml_string(text: str) -> str:
+    """A TOML basic string: JSON's escapes are TOML's, but for DEL (TOML wants it escaped) and
+    ``ensure_ascii`` (its surrogate pairs are no TOML escape: non-ASCII is written as it is)."""
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
 
 
 def _line_in_message(message: str) -> int:

@@ -12,18 +12,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from stateful.campaign import seen
 from stateful.campaign.database import check_db
-from stateful.campaign.deviations import Deviation, DeviationsError, load_deviations, unknown_clause
+from stateful.campaign.deviations import Deviation, DeviationsError, dump_deviations, load_deviations, unknown_clause
 from stateful.campaign.options import EXIT_USAGE
 from stateful.campaign.progress import Progress, Totals
 from stateful.campaign.report import CampaignReport, build_report, write_reports
@@ -36,6 +37,8 @@ STOP_GRACE = 10.0
 """Seconds after the budget a worker may still take to finish (a program, a shrink's last replay,
 writing its repro) before it is ended (SIGTERM, then SIGKILL ``workers.GRACE`` later)."""
 TICK = 0.5
+REPLAY_TIMEOUT = 300.0
+"""The least time one deviation's repro may take to replay at the start (the budget, if longer)."""
 
 
 class UsageError(Exception):
@@ -126,8 +129,10 @@ def _remove(run_dir: Path | None) -> None:
 
 
 def _campaign(args: argparse.Namespace, run_dir: Path, deviations: list[Deviation], external: list[str] | None) -> int:
-    """Start the workers, follow them until the budget (or an interrupt), report; the exit status."""
+    """Replay the deviations' repros, start the workers, follow them until the budget (or an interrupt),
+    report; the exit status."""
     allowed = sorted(set(args.allow) | {d.clause for d in deviations})
+    fixed, failing, replays = _replay_deviations(deviations, external, args.budget, quiet=args.quiet)
     (run_dir / "seen").mkdir()
     started = time.time()
     config = WorkerConfig(
@@ -158,18 +163,76 @@ def _campaign(args: argparse.Namespace, run_dir: Path, deviations: list[Deviatio
     elapsed = time.time() - started
     states = _read_states(run_dir, args.workers)
     report = build_report(args.budget, elapsed, args.workers, states, seen.claims(run_dir / "seen"),
-                          deviations, allowed, steered=seen.avoided(run_dir / "seen"), interrupted=interrupted)
+                          deviations, allowed, steered=seen.avoided(run_dir / "seen"), interrupted=interrupted,
+                          target=config.target, fixed_repros=fixed, failing_repros=failing, replays=replays)
     for index, (worker, state) in enumerate(zip(workers, states)):
         if worker.proc.returncode not in (0, None) and not state.get("errors") and not interrupted \
                 and worker.proc.returncode > 0:
             log = (run_dir / f"worker-{index}.log").read_text(errors="replace")[-3000:]
             report.errors.append(f"worker {index} exited {worker.proc.returncode}:\n{log}")
     written = write_reports(report, args.report) if args.report is not None else []
+    if args.write_deviations is not None and not interrupted:
+        written.append(_write_baseline(args.write_deviations, report))
     if not args.quiet:
         _summary(report, written, interrupted)
+    for entry in report.stale:  # one line each, even with --quiet: what to remove from the file
+        print(entry.line() + (" (--allow-stale: not failing)" if args.allow_stale else ""), file=sys.stderr, flush=True)
     if interrupted:
         return interrupted_status()
-    return 1 if report.failed else 0
+    return 1 if report.failed or (report.stale and not args.allow_stale) else 0
+
+
+def _replay_deviations(deviations: list[Deviation], external: list[str] | None, budget: float, *,
+                       quiet: bool) -> tuple[dict[str, str], set[str], dict[str, str]]:
+    """Replay each deviation's repro (``stateful.replay``) before the search starts, against the same
+    server: (the entries whose repro is FIXED -> why they are stale, the entries whose repro is STILL
+    FAILING, every replayed entry -> its line), entries by their ``FILE:LINE``. A repro that is skipped
+    or cannot run proves nothing either way: it is reported, nothing more."""
+    from stateful.replay import run_repro
+
+    server = [x for flag, value in zip(("--server-url", "--mock-llm-url", "--runner-id"), external or ())
+              for x in (flag, value)]
+    fixed: dict[str, str] = {}
+    failing: set[str] = set()
+    replays: dict[str, str] = {}
+    for deviation in deviations:
+        path = deviation.repro_path
+        if path is None:
+            continue
+        verdict = run_repro(path, server, timeout=max(REPLAY_TIMEOUT, budget))
+        said = f"{verdict.status}" + (f" ({verdict.detail})" if verdict.detail else "") + f" in {verdict.seconds:.1f} s"
+        replays[deviation.source] = f"{deviation.repro}: {said}"
+        if verdict.status == "FIXED":
+            fixed[deviation.source] = "replays FIXED at the campaign's start"
+        elif verdict.status == "STILL FAILING":
+            failing.add(deviation.source)
+        if not quiet:
+            print(f"deviation {deviation.clause} ({deviation.source}): repro {deviation.repro} {said}", flush=True)
+    return fixed, failing, replays
+
+
+def _write_baseline(path: Path, report: CampaignReport) -> Path:
+    """``--write-deviations``: this run's baseline, a file ``--deviations`` reads back: each failure
+    (its clause, cause, first line and repro) and each deviation of ``--deviations`` that is not stale
+    (as it was); a failure that is no clause (a hang, an error of the tester) is left out. Repro paths
+    are written relative to the file."""
+    from stateful.clauses import CLAUSES
+
+    entries: list[Deviation] = []
+    for f in report.failures:
+        if f["clause"] in CLAUSES:
+            repro = f.get("plain") if str(f.get("plain") or "").endswith(".py") else f.get("repro")
+            entries.append(Deviation(f["clause"], str(f.get("message") or f["clause"]).strip(),
+                                     cause=str(f.get("cause") or ""), repro=str(repro or "")))
+    stale = {e.deviation.source for e in report.stale}
+    entries += [Deviation(d.clause, d.why, d.server, d.version, d.cause, str(d.repro_path) if d.repro_path else "")
+                for d in report.deviations if d.source not in stale]
+    entries = [replace(d, repro=os.path.relpath(Path(d.repro).resolve(), path.resolve().parent)) if d.repro else d
+               for d in entries]
+    path.write_text(dump_deviations(entries, "Known deviations: the baseline a campaign wrote (--write-deviations).\n"
+                                             "Remove an entry once it is fixed (the campaign says which: stale)."),
+                    encoding="utf-8")
+    return path
 
 
 def _summary(report: CampaignReport, written: list[Path], interrupted: bool) -> None:
@@ -191,5 +254,7 @@ def _summary(report: CampaignReport, written: list[Path], interrupted: bool) -> 
         lines.append("interrupted: the budget was not spent, so this is no verdict of a pass")
     elif not report.failures and not report.errors:
         lines.append("no clause failed outside the allowed ones")
+    if report.stale:
+        lines.append(f"{len(report.stale)} known deviations are stale (fixed): remove their entries (the STALE lines)")
     lines += [f"report: {p}" for p in written]
     print("\n".join(lines), flush=True)

@@ -54,7 +54,14 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
                    help="a clause id whose violations are known: counted, never failing (repeatable)")
     p.add_argument("--deviations", type=Path, metavar="FILE",
                    help="a TOML file of known deviations ([[deviation]] clause, why, server, version)")
-    p.add_argument("--report", type=Path, metavar="DIR", help="write report.json, report.md and junit.xml there")
+    p.add_argument("--allow-stale", action="store_true",
+                   help="a stale deviation (its clause held in this run, or its repro replays FIXED) does not fail "
+                        "the campaign (by default it does, naming the entry to remove)")
+    p.add_argument("--write-deviations", type=Path, metavar="FILE",
+                   help="write this run's baseline there: a [[deviation]] per failure and per known deviation met "
+                        "(clause, cause, why = the finding's first line, repro)")
+    p.add_argument("--report", type=Path, metavar="DIR",
+                   help="write report.json, report.md, junit.xml and report.html there")
     p.add_argument("--db", default=DEFAULT_DB, metavar="PATH|redis://host:port/n",
                    help="the Hypothesis example database the workers share (default .hypothesis/examples); "
                         "also rediss://host:port/n and unix:///path.sock?db=n")

@@ -1,6 +1,7 @@
 """What a campaign found, from its workers' counts and the claims: ``report.json`` (for machines),
-``report.md`` (for people: the same, plus the clauses never exercised) and ``junit.xml`` (one test
-case per clause, for CI systems)."""
+``report.md`` (for people: the same, with each clause's verdict and why), ``junit.xml`` (one test case
+per clause, for CI systems) and ``report.html`` (:mod:`stateful.campaign.report_html`). The per-clause
+verdicts are :mod:`stateful.campaign.verdicts`'."""
 
 from __future__ import annotations
 
@@ -13,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from stateful.campaign.deviations import Deviation
-from stateful.clauses import CLAUSES
+from stateful.campaign.verdicts import CLAUSE_EVENT, ClauseVerdict, StaleEntry, clause_verdicts, contract_link, \
+    exercised, stale_entries
 from stateful.steering import TRIGGERS
 
-__all__ = ["CampaignReport", "build_report", "clause_outcomes", "exercised", "write_reports"]
+__all__ = ["CampaignReport", "build_report", "write_reports"]
 
 FAILURE_KEYS = ("clause", "message", "first_seen_s", "steps_found", "steps_shrunk", "shrink_s", "repro", "reproduced")
-CLAUSE_EVENT = "clause: "
 
 
 @dataclass
@@ -40,6 +41,14 @@ class CampaignReport:
     """The triggers (:mod:`stateful.steering`) the workers' later searches stopped drawing."""
     interrupted: bool = False
     """SIGINT/SIGTERM ended the campaign before its budget: what it found holds, a pass does not."""
+    clauses: list[ClauseVerdict] = field(default_factory=list)
+    """Every clause's verdict and why (:mod:`stateful.campaign.verdicts`)."""
+    stale: list[StaleEntry] = field(default_factory=list)
+    """The deviations that are fixed: their entries should be removed."""
+    replays: dict[str, str] = field(default_factory=dict)
+    """Each deviation's repro (``FILE:LINE`` of its entry) -> its replay's line at the campaign's start."""
+    timeline: list[list[float]] = field(default_factory=list)
+    """``[seconds, steps]`` of all workers together, over the budget (for the plot of report.html)."""
 
     def as_json(self) -> dict[str, Any]:
         """The schema of report.json (docs/campaigns.md)."""
@@ -47,7 +56,10 @@ class CampaignReport:
                 "workers": self.workers,
                 "programs": self.programs, "steps": self.steps,
                 "failures": [{k: f.get(k) for k in FAILURE_KEYS} for f in self.failures],
-                "known": self.known, "steered": self.steered, "coverage": self.coverage}
+                "known": self.known, "steered": self.steered, "coverage": self.coverage,
+                "clauses": [v.as_json() for v in self.clauses],
+                "stale": [{"clause": e.deviation.clause, "entry": e.deviation.source, "why": e.why} for e in self.stale],
+                "timeline": self.timeline}
 
     @property
     def failed(self) -> bool:
@@ -56,9 +68,13 @@ class CampaignReport:
 
 def build_report(budget: float, elapsed: float, workers: int, states: Sequence[Mapping[str, Any]],
                  claims: Mapping[str, Mapping[str, Any]], deviations: Sequence[Deviation],
-                 allowed: Iterable[str], steered: Iterable[str] = (), interrupted: bool = False) -> CampaignReport:
+                 allowed: Iterable[str], steered: Iterable[str] = (), interrupted: bool = False, *,
+                 target: str = "sessions", fixed_repros: Mapping[str, str] | None = None,
+                 failing_repros: Iterable[str] = (), replays: Mapping[str, str] | None = None) -> CampaignReport:
     """Sum the workers' counts; every claimed failure once (as its worker recorded it, else as
-    claimed: found, but the budget ended before it was shrunk)."""
+    claimed: found, but the budget ended before it was shrunk); every clause's verdict (``target``:
+    what the campaign could observe; ``fixed_repros``, ``failing_repros``: the deviations whose repro
+    replayed FIXED, STILL FAILING, by the ``FILE:LINE`` of their entry)."""
     coverage: Counter[str] = Counter()
     known: Counter[str] = Counter()
     repeats: Counter[str] = Counter()
@@ -81,34 +97,59 @@ def build_report(budget: float, elapsed: float, workers: int, states: Sequence[M
         failures.append(failure)
     failures.sort(key=lambda f: (f.get("first_seen_s") is None, f.get("first_seen_s") or 0.0))
     listed = {d.clause for d in deviations} | set(allowed)
+    programs = sum(int(s.get("programs", 0)) for s in states)
+    met = {c for c in listed if known[c]}
+    stale = stale_entries(deviations, exercised(coverage), met | {f["clause"] for f in failures}, fixed_repros or {},
+                          failing_repros)
+    steered = sorted(steered)
+    failing_repros = set(failing_repros)
+    still_failing = {d.clause for d in deviations if d.source in failing_repros}  # known, met by the search or not
+    verdicts = clause_verdicts(coverage=coverage, failed={f["clause"] for f in failures}, known=met | still_failing,
+                               stale=stale, deviations=deviations, target=target, steered=steered, programs=programs,
+                               interrupted=interrupted, elapsed=round(elapsed, 1))
     return CampaignReport(
         budget_s=round(budget, 1), elapsed_s=round(elapsed, 1), workers=workers,
-        programs=sum(int(s.get("programs", 0)) for s in states), steps=sum(int(s.get("steps", 0)) for s in states),
+        programs=programs, steps=sum(int(s.get("steps", 0)) for s in states),
         failures=failures, known=[{"clause": c, "count": known[c]} for c in sorted(listed) if known[c]],
         coverage=dict(sorted(coverage.items())), deviations=list(deviations), repeats=dict(repeats), errors=errors,
-        steered=sorted(steered), interrupted=interrupted)
+        steered=steered, interrupted=interrupted, clauses=verdicts, stale=stale, replays=dict(replays or {}),
+        timeline=timeline(states, elapsed))
 
 
-def exercised(coverage: Mapping[str, int]) -> dict[str, int]:
-    """Clause id -> programs in which a check of it ran and held (the ``clause: <id>`` events)."""
-    return {label[len(CLAUSE_EVENT):]: n for label, n in coverage.items() if label.startswith(CLAUSE_EVENT)}
+TIMELINE_POINTS = 60
 
 
-def clause_outcomes(report: CampaignReport) -> dict[str, str]:
-    """Every clause's outcome: failed, known, passed or not exercised."""
-    failed = {f["clause"] for f in report.failures}
-    known = {k["clause"] for k in report.known}
-    held = exercised(report.coverage)
-    return {c: "failed" if c in failed else "known" if c in known else "passed" if held.get(c) else "not exercised"
-            for c in CLAUSES}
+def timeline(states: Sequence[Mapping[str, Any]], elapsed: float) -> list[list[float]]:
+    """``[seconds, steps]`` of the workers together at evenly spaced times, from each worker's
+    ``series`` of ``[seconds, programs, steps]`` (saved after programs, at most every
+    ``worker.SAVE_EVERY`` s: between two saves the steps are interpolated, after its last one they stay)."""
+    series = [s.get("series") or [] for s in states]
+    if elapsed <= 0 or not any(series):
+        return []
+    return [[round(elapsed * i / TIMELINE_POINTS, 1),
+             round(sum(_steps_at(one, elapsed * i / TIMELINE_POINTS) for one in series), 1)]
+            for i in range(TIMELINE_POINTS + 1)]
+
+
+def _steps_at(series: Sequence[Sequence[float]], t: float) -> float:
+    before = [0.0, 0, 0]
+    for point in series:
+        if point[0] >= t:
+            span = point[0] - before[0]
+            return before[2] + (point[2] - before[2]) * ((t - before[0]) / span if span > 0 else 1.0)
+        before = list(point)
+    return float(before[2])
 
 
 def write_reports(report: CampaignReport, directory: Path) -> list[Path]:
+    from stateful.campaign.report_html import html_report
+
     directory.mkdir(parents=True, exist_ok=True)
-    paths = [directory / "report.json", directory / "report.md", directory / "junit.xml"]
+    paths = [directory / "report.json", directory / "report.md", directory / "junit.xml", directory / "report.html"]
     paths[0].write_text(json.dumps(report.as_json(), indent=2) + "\n", encoding="utf-8")
     paths[1].write_text(markdown(report), encoding="utf-8")
     junit(report).write(paths[2], encoding="utf-8", xml_declaration=True)
+    paths[3].write_text(html_report(report), encoding="utf-8")
     return paths
 
 
@@ -121,7 +162,7 @@ def _why(report: CampaignReport, clause: str) -> str:
 def markdown(report: CampaignReport) -> str:
     rate = report.steps / report.elapsed_s if report.elapsed_s else 0.0
     verdict = ("FAILED (interrupted)" if report.failed else "interrupted") if report.interrupted else \
-        "FAILED" if report.failed else "passed"
+        "FAILED" if report.failed else "STALE deviations" if report.stale else "passed"
     lines = [f"# Campaign report: {verdict}", "",
              f"{report.elapsed_s:g} s of a {report.budget_s:g} s budget, {report.workers} workers: "
              f"{report.programs} programs, {report.steps} steps ({rate:.1f} steps/s), "
@@ -149,13 +190,17 @@ def markdown(report: CampaignReport) -> str:
     lines += ["", "## Steered away from", "",
               "Once a failure was known, the later searches stopped drawing the input that provoked it:", ""]
     lines += [f"- `{t}`: {TRIGGERS.get(t, '')}" for t in report.steered] or ["Nothing (no known failure named its input)."]
-    outcomes = clause_outcomes(report)
-    held = exercised(report.coverage)
-    lines += ["", "## Clauses", "", "| clause | outcome | programs that exercised it |", "|---|---|---|"]
-    lines += [f"| `{c}` | {o} | {held.get(c, 0)} |" for c, o in outcomes.items()]
-    never = [c for c, o in outcomes.items() if o == "not exercised"]
-    lines += ["", "## Never exercised", ""]
-    lines += [", ".join(f"`{c}`" for c in never) if never else "Every clause was exercised."]
+    if report.stale:
+        lines += ["", "## Stale deviations (fixed: remove their entries)", ""]
+        lines += [f"- {e.line()}" for e in report.stale]
+    if report.replays:
+        lines += ["", "## Deviations' repros, replayed at the start", ""]
+        lines += [f"- {entry}: {said}" for entry, said in report.replays.items()]
+    counts = Counter(v.verdict for v in report.clauses)
+    lines += ["", "## Clauses", "", ", ".join(f"{n} {verdict}" for verdict, n in counts.items()), "",
+              "| clause | section | verdict | programs that exercised it | why |", "|---|---|---|---|---|"]
+    lines += [f"| `{v.id}` | [{v.section}]({contract_link(v.section)}) | {v.verdict} | {v.programs} | "
+              f"{v.why.replace('|', '&#124;')} |" for v in report.clauses]
     if report.errors:
         lines += ["", "## Errors of the tester", ""] + [f"```\n{e}\n```" for e in report.errors]
     others = {k: v for k, v in report.coverage.items() if not k.startswith(CLAUSE_EVENT)}
@@ -164,26 +209,34 @@ def markdown(report: CampaignReport) -> str:
 
 
 def junit(report: CampaignReport) -> ET.ElementTree:
-    outcomes = clause_outcomes(report)
+    """One test case per clause, as pytest's junit-xml writes them: failed and stale are failures
+    (stale: the entry to remove), known and not-exercised are skipped with their reason, never a pass."""
+    verdicts = {v.id: v for v in report.clauses}
     by_clause = {f["clause"]: f for f in report.failures}
     suite = ET.Element("testsuite", name="stateful.campaign", tests="0", failures="0", skipped="0",
                        errors=str(len(report.errors) + report.interrupted), time=f"{report.elapsed_s:g}")
     counts = Counter[str]()
-    names = list(outcomes) + [k for k in by_clause if k not in outcomes]
+    names = list(verdicts) + [k for k in by_clause if k not in verdicts]
     for name in names:
-        outcome = outcomes.get(name, "failed")
+        verdict = verdicts[name].verdict if name in verdicts else "failed"
         case = ET.SubElement(suite, "testcase", classname="stateful.campaign.clauses", name=name, time="0")
+        if name in verdicts:
+            ET.SubElement(ET.SubElement(case, "properties"), "property", name="contract",
+                          value=contract_link(verdicts[name].section))
         counts["tests"] += 1
-        if outcome == "failed":
+        if verdict == "failed":
             f = by_clause[name]
             failure = ET.SubElement(case, "failure", message=str(f.get("message", ""))[:500], type=name)
             failure.text = f"{f.get('report') or f.get('message', '')}\nrepro: {f.get('repro')}"
             counts["failures"] += 1
-        elif outcome == "known":
+        elif verdict == "stale":
+            ET.SubElement(case, "failure", message=f"stale known deviation: {verdicts[name].why}"[:500], type="stale")
+            counts["failures"] += 1
+        elif verdict == "known":
             ET.SubElement(case, "skipped", message=f"known deviation: {_why(report, name)}")
             counts["skipped"] += 1
-        elif outcome == "not exercised":
-            ET.SubElement(case, "skipped", message="not exercised by this campaign")
+        elif verdict == "not-exercised":
+            ET.SubElement(case, "skipped", message=f"not exercised: {verdicts[name].why}")
             counts["skipped"] += 1
     for error in report.errors:
         case = ET.SubElement(suite, "testcase", classname="stateful.campaign", name="worker", time="0")

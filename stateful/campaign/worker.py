@@ -47,6 +47,8 @@ __all__ = ["WorkerConfig", "main", "state_path"]
 PROFILE = "campaign"
 SAVE_EVERY = 0.5
 """Seconds between two saves of the worker's counts (and after every search)."""
+SERIES_POINTS = 1000
+"""The most points a worker's timestamped series keeps (thinned by half beyond, its last point kept)."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,8 @@ class Worker:
         self.notes: list[str] = []
         self.finished = False
         self._saved = 0.0
+        self.series: list[list[float]] = []
+        """``[seconds since the campaign started, programs, steps]`` at each save (the report's timeline)."""
         self.gate = Gate(seen_dir=run_dir / "seen", allowed=frozenset(config.allowed), worker=index,
                          started=config.started, deadline=config.deadline, on_program=self.save_soon,
                          steer=config.steer)
@@ -101,9 +105,15 @@ class Worker:
 
     def save(self) -> None:
         g = self.gate
+        self.series.append([round(time.time() - self.config.started, 1), g.programs, g.steps])
+        if len(self.series) > SERIES_POINTS:  # every other point: the series spans the whole budget, bounded
+            last, self.series = self.series[-1], self.series[::2]
+            if self.series[-1] is not last:
+                self.series.append(last)
         state = {"worker": self.index, "programs": g.programs, "steps": g.steps, "coverage": dict(g.coverage),
                  "known": dict(g.known), "repeats": dict(g.repeats), "failures": self.failures,
-                 "seeds": self.searches, "errors": self.errors, "notes": self.notes, "finished": self.finished}
+                 "seeds": self.searches, "errors": self.errors, "notes": self.notes, "finished": self.finished,
+                 "series": self.series}
         path = state_path(self.run_dir, self.index)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state), encoding="utf-8")
