@@ -13,11 +13,12 @@ from typing import Any, NoReturn
 
 from stateful.arguments import duration, milliseconds, positive_int, seconds
 from stateful.campaign.database import DEFAULT_DB
+from stateful.locations import default_repro_dir
 
 __all__ = ["EXIT_USAGE", "add_parser", "duration"]
 
 EXIT_USAGE = 2
-DEFAULT_REPROS = str(Path(__file__).resolve().parents[1] / "repros")
+DEFAULT_REPROS = str(default_repro_dir())
 
 
 def _one_line_error(parser: argparse.ArgumentParser, message: str) -> NoReturn:
@@ -48,7 +49,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     p.add_argument("--shrink-budget", type=seconds, default=60.0, metavar="S",
                    help="seconds Hypothesis may shrink each new failure (default 60; never past the budget)")
     p.add_argument("--repro-dir", default=DEFAULT_REPROS, metavar="DIR",
-                   help="where shrunk failures are written as regression tests (default stateful/repros/; '' = don't)")
+                   help="where shrunk failures are written as regression tests (default stateful/repros/; installed: "
+                        "./repros; '' = don't)")
     p.add_argument("--allow", action="append", default=[], metavar="CLAUSE",
                    help="a clause id whose violations are known: counted, never failing (repeatable)")
     p.add_argument("--deviations", type=Path, metavar="FILE",
