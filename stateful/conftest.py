@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import configparser
 import dataclasses
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 from stateful.arguments import seconds
 from stateful.locations import HYPOTHESIS_INI, default_repro_dir, work_root
 from stateful.machine import MachineConfig
+from stateful.observe import observing
 
 DEFAULT_PROFILE = "dev"
 MACHINE_PREFIX = "machine."
@@ -96,6 +98,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="where a shrunk failure is written as a regression test "
                          "(default stateful/repros/, which pytest stateful/ collects; installed: ./repros; "
                          "'' = don't write)")
+    group.addoption("--observe", default=None, metavar="DIR",
+                    help="write Hypothesis's test-case observations there (JSON lines, what the Tyche viewer "
+                         "reads: pytest-<pid>_testcases.jsonl, pytest-<pid>_info.jsonl)")
     group.addoption("--plain-conftest", default="tests.e2e.conftest", metavar="MODULE",
                     help="the module a plain repro (sessions target) imports the §6 helpers and fixtures from "
                          "(default tests.e2e.conftest)")
@@ -159,6 +164,14 @@ def sessions_target(request: pytest.FixtureRequest) -> Iterator[Any]:
         yield target
     finally:
         target.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def observations(request: pytest.FixtureRequest) -> Iterator[None]:
+    """``--observe DIR``: Hypothesis's observations of every test under ``stateful/`` (stateful.observe)."""
+    value = request.config.getoption("--observe")
+    with observing(Path(value) if value else None, f"pytest-{os.getpid()}"):
+        yield
 
 
 @pytest.fixture(scope="session")

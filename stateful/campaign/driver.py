@@ -70,6 +70,11 @@ def _check(args: argparse.Namespace) -> tuple[list[Deviation], list[str] | None]
     problem = check_db(args.db)
     if problem:
         raise UsageError(problem)
+    if args.observe is not None:
+        try:
+            args.observe.mkdir(parents=True, exist_ok=True)
+        except OSError as why:
+            raise UsageError(f"--observe {args.observe}: cannot make the directory: {why.strerror}") from None
     return deviations, external
 
 
@@ -104,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
         target="sessions" if external else args.target, external=external, stack_latency=args.stack_latency,
         allowed=allowed, started=started, deadline=started + args.budget, shrink_budget=args.shrink_budget,
         repro_dir=args.repro_dir or None, db=args.db, step_timeout=args.step_timeout,
-        poll_deadline=args.poll_deadline, steps_per_program=args.steps, steer=not args.no_steering)
+        poll_deadline=args.poll_deadline, steps_per_program=args.steps, steer=not args.no_steering,
+        observe=str(args.observe.resolve()) if args.observe is not None else None)
     (run_dir / "config.json").write_text(json.dumps(asdict(config)), encoding="utf-8")
     progress = Progress(args.budget, quiet=args.quiet)
     previous = interrupt_on_signals()
@@ -137,12 +143,12 @@ def run(args: argparse.Namespace) -> int:
             report.errors.append(f"worker {index} exited {worker.proc.returncode}:\n{log}")
     written = write_reports(report, args.report) if args.report is not None else []
     if not args.quiet:
-        _summary(report, written, interrupted)
+        _summary(report, written, interrupted, observed=args.observe)
     shutil.rmtree(run_dir, ignore_errors=True)
     return 1 if report.failed else 0
 
 
-def _summary(report: CampaignReport, written: list[Path], interrupted: bool) -> None:
+def _summary(report: CampaignReport, written: list[Path], interrupted: bool, observed: Path | None = None) -> None:
     rate = report.steps / report.elapsed_s if report.elapsed_s else 0.0
     head = "interrupted" if interrupted else "done"
     lines = [f"campaign {head} after {report.elapsed_s:g} s (budget {report.budget_s:g} s): {report.workers} workers, "
@@ -158,4 +164,6 @@ def _summary(report: CampaignReport, written: list[Path], interrupted: bool) -> 
     if not report.failures and not report.errors:
         lines.append("no clause failed outside the allowed ones")
     lines += [f"report: {p}" for p in written]
+    if observed is not None:
+        lines.append(f"observations (Hypothesis, JSON lines): {observed}")
     print("\n".join(lines), flush=True)

@@ -56,6 +56,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     p.add_argument("--deviations", type=Path, metavar="FILE",
                    help="a TOML file of known deviations ([[deviation]] clause, why, server, version)")
     p.add_argument("--report", type=Path, metavar="DIR", help="write report.json, report.md and junit.xml there")
+    p.add_argument("--observe", type=Path, metavar="DIR",
+                   help="write Hypothesis's test-case observations there (JSON lines, what the Tyche viewer "
+                        "reads; one pair of files per worker: worker-N_testcases.jsonl, worker-N_info.jsonl)")
     p.add_argument("--db", default=DEFAULT_DB, metavar="PATH|redis://host:port/n",
                    help="the Hypothesis example database the workers share (default .hypothesis/examples); "
                         "also rediss://host:port/n and unix:///path.sock?db=n")

@@ -40,6 +40,7 @@ from stateful.campaign import seen
 from stateful.campaign.database import open_db
 from stateful.campaign.gate import BudgetSpent, Gate, Resteer, failure_key, first_line
 from stateful.clauses import clause_of
+from stateful.observe import observing
 from stateful.workers import follow_parent, interrupt_on_signals
 
 __all__ = ["WorkerConfig", "main", "state_path"]
@@ -67,6 +68,7 @@ class WorkerConfig:
     max_examples: int | None = None
     steps_per_program: int | None = None
     steer: bool = True               # later searches avoid the triggers of known failures (stateful.steering)
+    observe: str | None = None       # a directory for Hypothesis's observations (stateful.observe), or None
 
     @classmethod
     def load(cls, run_dir: Path) -> WorkerConfig:
@@ -294,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with ExitStack() as stack:
             machine, target = open_target(config, stack)
+            stack.enter_context(observing(Path(config.observe) if config.observe else None, f"worker-{index}"))
             worker.run(machine, target)
     except KeyboardInterrupt:
         worker.save()
