@@ -32,8 +32,9 @@ import httpx
 from stateful.arguments import milliseconds, port, positive_int
 
 EXIT_USAGE = 2
-PASSED_THROUGH = {"bench": "stateful.bench"}
-"""Sub-commands whose module parses its own arguments: everything after the name is theirs."""
+PASSED_THROUGH = ("bench",)
+"""Sub-commands whose module parses its own arguments (``stateful.bench``): everything after the
+name is theirs."""
 
 
 def build_parser(prog: str = "python -m stateful") -> argparse.ArgumentParser:
