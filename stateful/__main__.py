@@ -1,7 +1,11 @@
 """``python -m stateful serve``: run the embedded reference stack until SIGINT/SIGTERM;
 ``python -m stateful clauses``: list the contract's clauses;
 ``python -m stateful replay DIR|FILE...``: run repros, say which are fixed (``stateful.replay``);
-``python -m stateful campaign``: a time-boxed search for every distinct bug (``stateful.campaign``).
+``python -m stateful campaign``: a time-boxed search for every distinct bug (``stateful.campaign``);
+``python -m stateful bench``: the benchmarks (``stateful.bench``, its own options).
+
+Installed (``pip install agent-terminal-conformance``), the same commands are the console scripts
+``agent-terminal-conformance`` and ``stateful`` (:func:`console`).
 
 Prints exactly one JSON line on stdout once both servers answer::
 
@@ -17,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -27,11 +32,14 @@ import httpx
 from stateful.arguments import milliseconds, port, positive_int
 
 EXIT_USAGE = 2
+PASSED_THROUGH = ("bench",)
+"""Sub-commands whose module parses its own arguments (``stateful.bench``): everything after the
+name is theirs."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m stateful") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m stateful", description="a property-based, stateful tester of the terminal tools of agent servers")
+        prog=prog, description="a property-based, stateful tester of the terminal tools of agent servers")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve = commands.add_parser("serve", help="run the embedded reference stack (sessions API + mock LLM)")
     serve.add_argument("--host", default="127.0.0.1", help="sessions API address (default 127.0.0.1)")
@@ -56,7 +64,25 @@ def build_parser() -> argparse.ArgumentParser:
     from stateful.campaign.options import add_parser as add_campaign
 
     add_campaign(commands)
+    commands.add_parser("bench", add_help=False, help="the benchmarks (docs/benchmarks.md; bench --help: its options)")
     return parser
+
+
+def tmux_needed(args: argparse.Namespace) -> bool:
+    """Whether the command runs terminals on this machine: the embedded stack or the direct target.
+    Against an external server (``--server-url``) the terminals are the server's."""
+    if args.command in ("serve", "bench"):
+        return True
+    if args.command in ("campaign", "replay"):
+        return not getattr(args, "server_url", None)
+    return False
+
+
+def tmux_missing(command: str) -> str | None:
+    """One line saying that ``command`` needs tmux, when there is no ``tmux`` on PATH."""
+    if shutil.which("tmux"):
+        return None
+    return f"error: tmux is not installed (no 'tmux' on PATH); '{command}' runs terminals in it: install tmux first"
 
 
 def list_clauses(args: argparse.Namespace) -> int:
@@ -111,8 +137,20 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str = "python -m stateful") -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments and arguments[0] in PASSED_THROUGH:
+        args = argparse.Namespace(command=arguments[0])
+    else:
+        args = build_parser(prog).parse_args(arguments)
+    problem = tmux_missing(args.command) if tmux_needed(args) else None
+    if problem:
+        print(problem, file=sys.stderr)
+        return EXIT_USAGE
+    if args.command == "bench":
+        from stateful.bench import main as bench
+
+        return bench(arguments[1:])
     if args.command == "serve":
         return serve(args)
     if args.command == "clauses":
@@ -125,6 +163,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return campaign(args)
     return EXIT_USAGE  # pragma: no cover - argparse rejects unknown commands
+
+
+def console() -> None:
+    """The installed commands (``agent-terminal-conformance``, ``stateful``): ``main`` under the name
+    they were invoked by."""
+    sys.exit(main(prog=os.path.basename(sys.argv[0]) or "stateful"))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """What `pytest stateful/` needs: the e2e plugin, the --target option, the Hypothesis profiles.
 
-Profiles come from ``hypothesis.ini`` at the repository root. They are registered when this conftest
-is imported, which pytest does (as an initial conftest of ``stateful/``) before the hypothesis
-plugin's ``pytest_configure`` loads the profile named by ``--hypothesis-profile``; without that
-option the ``dev`` profile stays loaded.
+Profiles come from ``stateful/hypothesis.ini`` (package data: an installed wheel carries them). They
+are registered when this conftest is imported, which pytest does (as an initial conftest of
+``stateful/``, or through the entry point, ``stateful.plugin``, in ``pytest --pyargs stateful``)
+before the hypothesis plugin's ``pytest_configure`` loads the profile named by
+``--hypothesis-profile``; without that option the ``dev`` profile stays loaded.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import configparser
 import dataclasses
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,10 +22,10 @@ from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
 from stateful.arguments import conversation_budget, seconds
+from stateful.locations import HYPOTHESIS_INI, default_repro_dir, work_root
 from stateful.machine import MachineConfig
+from stateful.observe import observing
 
-ROOT = Path(__file__).resolve().parent.parent
-INI = ROOT / "hypothesis.ini"
 DEFAULT_PROFILE = "dev"
 MACHINE_PREFIX = "machine."
 TARGETS = ("direct", "sessions", "all")
@@ -40,7 +42,7 @@ def _value(key: str, raw: str) -> Any:
     if key == "verbosity":
         return Verbosity[text]
     if key == "database":
-        return None if text.lower() == "none" else DirectoryBasedExampleDatabase(str(ROOT / text))
+        return None if text.lower() == "none" else DirectoryBasedExampleDatabase(str(work_root() / text))
     if text.lower() in ("none", "null"):
         return None
     if text.lower() in ("true", "false"):
@@ -53,7 +55,7 @@ def _value(key: str, raw: str) -> Any:
     return text
 
 
-def load_profiles(path: Path = INI) -> dict[str, MachineConfig]:
+def load_profiles(path: Path = HYPOTHESIS_INI) -> dict[str, MachineConfig]:
     """Register every profile of the ini with Hypothesis; return each profile's MachineConfig."""
     parser = configparser.ConfigParser()
     if not parser.read(path, encoding="utf-8"):
@@ -97,9 +99,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--shrink-budget", type=seconds, default=None, metavar="S",
                     help="seconds Hypothesis may shrink a failure (default: its own 300); it then "
                          "reports the smallest failing program found so far")
-    group.addoption("--repro-dir", default=str(Path(__file__).parent / "repros"),
+    group.addoption("--repro-dir", default=str(default_repro_dir()),
                     help="where a shrunk failure is written as a regression test "
-                         "(default stateful/repros/, which pytest stateful/ collects; '' = don't write)")
+                         "(default stateful/repros/, which pytest stateful/ collects; installed: ./repros; "
+                         "'' = don't write)")
+    group.addoption("--observe", default=None, metavar="DIR",
+                    help="write Hypothesis's test-case observations there (JSON lines, what the Tyche viewer "
+                         "reads: pytest-<pid>_testcases.jsonl, pytest-<pid>_info.jsonl)")
     group.addoption("--plain-conftest", default="tests.e2e.conftest", metavar="MODULE",
                     help="the module a plain repro (sessions target) imports the §6 helpers and fixtures from "
                          "(default tests.e2e.conftest)")
@@ -167,12 +173,23 @@ def sessions_target(request: pytest.FixtureRequest) -> Iterator[Any]:
     _wanted(request, "sessions")
     from stateful.targets.sessions import SessionsTarget
 
-    server_url, mock_llm_url, runner_id = request.getfixturevalue("contract_target")
+    # the §6 fixtures, not contract_target: a server team's conftest that defines them (session-scoped)
+    # points the machine at its server
+    server_url, mock_llm_url, runner_id = (request.getfixturevalue(name) for name in
+                                           ("live_server", "mock_llm_server_url", "live_runner_id"))
     target = SessionsTarget(server_url, mock_llm_url, runner_id)
     try:
         yield target
     finally:
         target.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def observations(request: pytest.FixtureRequest) -> Iterator[None]:
+    """``--observe DIR``: Hypothesis's observations of every test under ``stateful/`` (stateful.observe)."""
+    value = request.config.getoption("--observe")
+    with observing(Path(value) if value else None, f"pytest-{os.getpid()}"):
+        yield
 
 
 @pytest.fixture(scope="session")

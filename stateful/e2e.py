@@ -9,7 +9,8 @@ and stop it at the end (no tmux process survives). Given ``--server-url``, ``--m
 ``--runner-id`` together they use that external contract server instead (e.g. omnigent in mock-LLM
 mode); the plugin checks that server, its runner and its mock LLM before the first test, and ends
 the run with one line naming the URL that failed (:func:`preflight`). ``--profile`` is accepted for
-compatibility with omnigent's suite and otherwise unused.
+compatibility with omnigent's suite and otherwise unused (loaded by the installed entry point,
+:mod:`stateful.plugin`, the plugin leaves that option to the suite's conftest).
 
 Every wait here is a bounded poll: a helper that runs out of time raises :class:`TurnTimeout` (an
 ``AssertionError``) naming what it waited for and the last state it saw.
@@ -342,10 +343,20 @@ _OPTIONS: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
+SUITE_OPTIONS = ("--profile",)
+"""Options that a §6 suite's own conftest defines: loaded by the installed entry point
+(:mod:`stateful.plugin`, before any conftest), the plugin leaves them to the suite, which would
+otherwise fail to add them."""
+
+
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
     """Registers the options unless another plugin or conftest already did (safe to load twice)."""
+    from stateful.plugin import NAME as ENTRY_POINT
+
     group = parser.getgroup("stateful-e2e", "contract server under test")
     for name, kwargs in _OPTIONS:
+        if name in SUITE_OPTIONS and pluginmanager.has_plugin(ENTRY_POINT):
+            continue
         try:
             group.addoption(name, action="store", **kwargs)
         except ValueError:  # already added by someone else: theirs serves the same purpose

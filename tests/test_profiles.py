@@ -1,4 +1,4 @@
-"""hypothesis.ini and its loading by stateful/conftest.py (profiles dev, ci, nightly, repro, campaign)."""
+"""stateful/hypothesis.ini and its loading by stateful/conftest.py (profiles dev, ci, nightly, repro, campaign)."""
 
 from __future__ import annotations
 

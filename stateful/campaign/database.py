@@ -1,7 +1,7 @@
 """``--db``: the Hypothesis example database every worker of a campaign shares.
 
 A directory (default: the project's ``.hypothesis/examples``, where ``pytest stateful/`` keeps its
-failures too) serves the workers of one machine; a Redis URL is Hypothesis's ``RedisExampleDatabase``
+failures too; installed, ``.hypothesis/examples`` in the current directory) serves the workers of one machine; a Redis URL is Hypothesis's ``RedisExampleDatabase``
 (``hypothesis[redis]``), shared across machines, e.g. by a nightly CI job that writes and developers
 who read it (docs/campaigns.md). The Redis client reads every URL form it knows: ``redis://`` (TCP),
 ``rediss://`` (TLS) and ``unix://`` (a socket path). Any other ``scheme://`` is a usage error, never
@@ -14,14 +14,15 @@ message that shows the URL shows it through :func:`redacted`.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
+from stateful.locations import work_root
+
 __all__ = ["DEFAULT_DB", "REDIS_SCHEMES", "check_db", "open_db", "redacted"]
 
-DEFAULT_DB = str(Path(__file__).resolve().parents[2] / ".hypothesis" / "examples")
+DEFAULT_DB = str(work_root() / ".hypothesis" / "examples")
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 """The URL schemes the Redis client connects by (TCP, TLS, a Unix socket)."""

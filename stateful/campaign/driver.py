@@ -73,6 +73,11 @@ def _check(args: argparse.Namespace) -> tuple[list[Deviation], list[str] | None]
     problem = check_db(args.db)
     if problem:
         raise UsageError(problem)
+    if args.observe is not None:
+        try:
+            args.observe.mkdir(parents=True, exist_ok=True)
+        except OSError as why:
+            raise UsageError(f"--observe {args.observe}: cannot make the directory: {why.strerror}") from None
     return deviations, external
 
 
@@ -140,7 +145,8 @@ def _campaign(args: argparse.Namespace, run_dir: Path, deviations: list[Deviatio
         allowed=allowed, started=started, deadline=started + args.budget, shrink_budget=args.shrink_budget,
         repro_dir=args.repro_dir or None, db=args.db, step_timeout=args.step_timeout,
         poll_deadline=args.poll_deadline, steps_per_program=args.steps, steer=not args.no_steering,
-        conversation_budget=args.conversation_budget)
+        conversation_budget=args.conversation_budget,
+        observe=str(args.observe.resolve()) if args.observe is not None else None)
     (run_dir / "config.json").write_text(json.dumps(asdict(config)), encoding="utf-8")
     progress = Progress(args.budget, quiet=args.quiet)
     workers = []
@@ -174,7 +180,7 @@ def _campaign(args: argparse.Namespace, run_dir: Path, deviations: list[Deviatio
     if args.write_deviations is not None and not interrupted:
         written.append(_write_baseline(args.write_deviations, report))
     if not args.quiet:
-        _summary(report, written, interrupted)
+        _summary(report, written, interrupted, observed=args.observe)
     for entry in report.stale:  # one line each, even with --quiet: what to remove from the file
         print(entry.line() + (" (--allow-stale: not failing)" if args.allow_stale else ""), file=sys.stderr, flush=True)
     if interrupted:
@@ -235,7 +241,7 @@ def _write_baseline(path: Path, report: CampaignReport) -> Path:
     return path
 
 
-def _summary(report: CampaignReport, written: list[Path], interrupted: bool) -> None:
+def _summary(report: CampaignReport, written: list[Path], interrupted: bool, observed: Path | None = None) -> None:
     rate = report.steps / report.elapsed_s if report.elapsed_s else 0.0
     head = "interrupted" if interrupted else "done"
     lines = [f"campaign {head} after {report.elapsed_s:g} s (budget {report.budget_s:g} s): {report.workers} workers, "
@@ -257,4 +263,6 @@ def _summary(report: CampaignReport, written: list[Path], interrupted: bool) -> 
     if report.stale:
         lines.append(f"{len(report.stale)} known deviations are stale (fixed): remove their entries (the STALE lines)")
     lines += [f"report: {p}" for p in written]
+    if observed is not None:
+        lines.append(f"observations (Hypothesis, JSON lines): {observed}")
     print("\n".join(lines), flush=True)

@@ -13,11 +13,12 @@ from typing import Any, NoReturn
 
 from stateful.arguments import conversation_budget, duration, milliseconds, positive_int, seconds
 from stateful.campaign.database import DEFAULT_DB
+from stateful.locations import default_repro_dir
 
 __all__ = ["EXIT_USAGE", "add_parser", "duration"]
 
 EXIT_USAGE = 2
-DEFAULT_REPROS = str(Path(__file__).resolve().parents[1] / "repros")
+DEFAULT_REPROS = str(default_repro_dir())
 
 
 def _one_line_error(parser: argparse.ArgumentParser, message: str) -> NoReturn:
@@ -49,7 +50,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     p.add_argument("--shrink-budget", type=seconds, default=60.0, metavar="S",
                    help="seconds Hypothesis may shrink each new failure (default 60; never past the budget)")
     p.add_argument("--repro-dir", default=DEFAULT_REPROS, metavar="DIR",
-                   help="where shrunk failures are written as regression tests (default stateful/repros/; '' = don't)")
+                   help="where shrunk failures are written as regression tests (default stateful/repros/; installed: "
+                        "./repros; '' = don't)")
     p.add_argument("--allow", action="append", default=[], metavar="CLAUSE",
                    help="a clause id whose violations are known: counted, never failing (repeatable)")
     p.add_argument("--deviations", type=Path, metavar="FILE",
@@ -62,6 +64,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
                         "(clause, cause, why = the finding's first line, repro)")
     p.add_argument("--report", type=Path, metavar="DIR",
                    help="write report.json, report.md, junit.xml and report.html there")
+    p.add_argument("--observe", type=Path, metavar="DIR",
+                   help="write Hypothesis's test-case observations there (JSON lines, what the Tyche viewer "
+                        "reads; one pair of files per worker: worker-N_testcases.jsonl, worker-N_info.jsonl)")
     p.add_argument("--db", default=DEFAULT_DB, metavar="PATH|redis://host:port/n",
                    help="the Hypothesis example database the workers share (default .hypothesis/examples); "
                         "also rediss://host:port/n and unix:///path.sock?db=n")

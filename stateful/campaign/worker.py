@@ -40,6 +40,7 @@ from stateful.campaign import seen
 from stateful.campaign.database import open_db
 from stateful.campaign.gate import BudgetSpent, Gate, Resteer, failure_key, first_line
 from stateful.clauses import clause_of
+from stateful.observe import observing
 from stateful.workers import follow_parent, interrupt_on_signals
 
 __all__ = ["WorkerConfig", "main", "state_path"]
@@ -70,6 +71,7 @@ class WorkerConfig:
     steps_per_program: int | None = None
     steer: bool = True               # later searches avoid the triggers of known failures (stateful.steering)
     conversation_budget: int | None = None   # bytes; None: the campaign profile's
+    observe: str | None = None       # a directory for Hypothesis's observations (stateful.observe), or None
 
     @classmethod
     def load(cls, run_dir: Path) -> WorkerConfig:
@@ -335,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with ExitStack() as stack:
             machine, target = open_target(config, stack)
+            stack.enter_context(observing(Path(config.observe) if config.observe else None, f"worker-{index}"))
             worker.run(machine, target)
     except KeyboardInterrupt:
         worker.save()
