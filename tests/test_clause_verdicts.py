@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from stateful.campaign.deviations import Deviation, DeviationsError, dump_deviations, load_deviations
-from stateful.campaign.report import build_report, markdown, write_reports
+from stateful.campaign.report import build_report, write_reports
 from stateful.campaign.verdicts import VERDICTS, contract_link
 from stateful.clauses import CLAUSES
 from test_campaign import _nothing_left, campaign, run_root  # noqa: F401 - run_root is a fixture
