@@ -40,14 +40,18 @@ class CampaignReport:
     """The triggers (:mod:`stateful.steering`) the workers' later searches stopped drawing."""
     interrupted: bool = False
     """SIGINT/SIGTERM ended the campaign before its budget: what it found holds, a pass does not."""
+    campaign: dict[str, Any] | None = None
+    """A campaign joined in Redis (``--join``): its name, its processes, and who claimed each finding
+    (``stateful.campaign.joined``); None for a campaign of one machine."""
 
     def as_json(self) -> dict[str, Any]:
         """The schema of report.json (docs/campaigns.md)."""
         return {"budget_s": self.budget_s, "elapsed_s": self.elapsed_s, "interrupted": self.interrupted,
                 "workers": self.workers,
                 "programs": self.programs, "steps": self.steps,
-                "failures": [{k: f.get(k) for k in FAILURE_KEYS} for f in self.failures],
-                "known": self.known, "steered": self.steered, "coverage": self.coverage}
+                "failures": [{k: f.get(k) for k in FAILURE_KEYS} | _found_by(f) for f in self.failures],
+                "known": self.known, "steered": self.steered, "coverage": self.coverage} | (
+                    {"campaign": self.campaign} if self.campaign is not None else {})
 
     @property
     def failed(self) -> bool:
@@ -77,7 +81,7 @@ def build_report(budget: float, elapsed: float, workers: int, states: Sequence[M
                                         "first_seen_s": claim.get("first_seen_s"),
                                         "steps_found": claim.get("steps_found"), "steps_shrunk": None,
                                         "shrink_s": None, "repro": None, "worker": claim.get("worker"),
-                                        "program": claim.get("program")}
+                                        "program": claim.get("program"), **_found_by(claim)}
         failures.append(failure)
     failures.sort(key=lambda f: (f.get("first_seen_s") is None, f.get("first_seen_s") or 0.0))
     listed = {d.clause for d in deviations} | set(allowed)
@@ -87,6 +91,13 @@ def build_report(budget: float, elapsed: float, workers: int, states: Sequence[M
         failures=failures, known=[{"clause": c, "count": known[c]} for c in sorted(listed) if known[c]],
         coverage=dict(sorted(coverage.items())), deviations=list(deviations), repeats=dict(repeats), errors=errors,
         steered=sorted(steered), interrupted=interrupted)
+
+
+def _found_by(failure: Mapping[str, Any]) -> dict[str, Any]:
+    """Which host, process (``joined.Joined.owner``) and worker found a failure, for a campaign that
+    spans machines (nothing otherwise)."""
+    return ({"host": failure["host"], "process": failure.get("owner"), "worker": failure.get("worker")}
+            if failure.get("host") else {})
 
 
 def exercised(coverage: Mapping[str, int]) -> dict[str, int]:
@@ -126,7 +137,7 @@ def markdown(report: CampaignReport) -> str:
              f"{report.elapsed_s:g} s of a {report.budget_s:g} s budget, {report.workers} workers: "
              f"{report.programs} programs, {report.steps} steps ({rate:.1f} steps/s), "
              f"{len(report.failures)} distinct failures, {sum(k['count'] for k in report.known)} known deviations met.",
-             "", "## Failures", ""]
+             *_processes(report), "", "## Failures", ""]
     if not report.failures:
         lines.append("None.")
     for f in report.failures:
@@ -137,7 +148,8 @@ def markdown(report: CampaignReport) -> str:
                   else "seen once, not reproduced by its replays (no repro)" if f.get("reproduced") is False
                   else "not shrunk (the budget ended first)")
         lines += [f"### `{f['clause']}`", "",
-                  f"found after {f.get('first_seen_s')} s in program {f.get('program')} of worker {f.get('worker')} "
+                  f"found after {f.get('first_seen_s')} s in program {f.get('program')} of worker {f.get('worker')}"
+                  + (f" of process {f.get('owner')} on {f['host']} " if f.get("host") else " ") +
                   f"({f.get('steps_found')} steps), {shrunk}; "
                   f"met again {report.repeats.get(f['clause'], 0)} times",
                   "", f"repro: `{f['repro']}`" if f.get("repro") else "repro: none",
@@ -161,6 +173,18 @@ def markdown(report: CampaignReport) -> str:
     others = {k: v for k, v in report.coverage.items() if not k.startswith(CLAUSE_EVENT)}
     lines += ["", "## Coverage (programs per event label)", ""] + [f"- {k}: {v}" for k, v in others.items()]
     return "\n".join(lines) + "\n"
+
+
+def _processes(report: CampaignReport) -> list[str]:
+    """For a campaign that spans machines: its name, its processes, and how often each finding was
+    claimed (more than once only when a process died before reporting it)."""
+    if report.campaign is None:
+        return []
+    processes = report.campaign.get("processes", [])
+    claimed = report.campaign.get("claims", {})
+    return ["", f"Campaign `{report.campaign.get('name')}`: {len(processes)} processes "
+            f"({', '.join(str(p['owner']) + ' ' + str(p['status']) for p in processes)}); claims per finding: "
+            f"{', '.join(f'`{k}` {len(v)}' for k, v in claimed.items()) or 'none'}."]
 
 
 def junit(report: CampaignReport) -> ET.ElementTree:
