@@ -13,8 +13,11 @@ last process wrote to it, so old campaigns disappear by themselves:
 * ``members``, ``alive:OWNER``, ``finished``: who joined, who still heartbeats, who ended.
 
 A process that stops heartbeating for :data:`HEARTBEAT_TIMEOUT` seconds (killed, its machine gone)
-is taken for dead: any live process gives back its claims that no finding reports yet, so another
-worker meets the failure again, claims it and shrinks it; no finding is lost to a killed machine.
+is taken for dead: any live process gives back its claims that no finding reports yet (before the
+deadline), so another worker meets the failure again, claims it and shrinks it; the claim is kept as
+an orphan meanwhile, so a failure nobody meets again is still reported, found but not shrunk. No
+finding is lost to a killed machine. The steering is forgotten at a takeover (it may name the input
+of the failure given back) and noted again by the next repeat of each failure still claimed.
 The last process to finish (every other one finished or dead) writes the campaign's report;
 ``campaign report --join URL --campaign NAME --report DIR`` writes it at any time.
 """
@@ -163,6 +166,11 @@ class Joined:
             if owner != self.owner and not alive.get(owner, False):
                 if self.client.eval(TAKE_OVER, 2, seen.claims_key, seen.orphans_key, key, owner):
                     released.append(key)
+        if released:
+            # Its workers' repeats may have steered everyone away from the very input that provokes it;
+            # which trigger came from which failure is not kept, so all are forgotten: the next search
+            # draws them again, and the next repeat of each failure still claimed notes its own again.
+            self.client.delete(seen.avoid_key)
         return released
 
     def finish(self, interrupted: bool) -> bool:
