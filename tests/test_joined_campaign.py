@@ -245,3 +245,25 @@ def test_a_process_killed_mid_shrink_leaves_its_finding_to_another(run_root: Pat
     assert failure["process"] == survivor_owner
     assert data["campaign"]["claims"]["read.scrollback-type"] == [owner, survivor_owner]
     assert {p["owner"]: p["status"] for p in data["campaign"]["processes"]}[owner] == "dead"
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--join", "redis://127.0.0.1:1/0"], "--join and --campaign go together"),
+    (["--campaign", "nightly"], "--join and --campaign go together"),
+    (["--join", "/tmp/claims", "--campaign", "nightly"], "--join /tmp/claims: a campaign is joined through Redis"),
+    (["--join", "redis://127.0.0.1:1/0", "--campaign", "a b"], "--campaign 'a b': a name is 1-100 letters"),
+    (["--join", "redis://:s3cret@127.0.0.1:1/0", "--campaign", "n"], "--join redis://:***@127.0.0.1:1/0: Redis does not answer"),
+    (["report", "--report", "/tmp/x"], "campaign report needs --join URL --campaign NAME --report DIR"),
+    (["report", "--join", "redis://127.0.0.1:1/0", "--campaign", "n"], "campaign report needs --report DIR"),
+])
+def test_a_bad_join_is_one_line_and_exit_2(run_root: Path, args: list[str], says: str) -> None:
+    result, _ = campaign(run_root, *args, "--quiet")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == f"python -m stateful campaign: error: {says}" + result.stderr.split(says, 1)[1]
+    assert result.stderr.count("\n") == 1 and "s3cret" not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_reporting_a_campaign_that_does_not_exist_is_a_usage_error(run_root: Path, redis_url: str, tmp_path: Path) -> None:
+    result, _ = campaign(run_root, "report", "--join", redis_url, "--campaign", "never", "--report", str(tmp_path / "r"))
+    assert result.returncode == 2 and "no such campaign" in result.stderr and result.stderr.count("\n") == 1
+    assert not (tmp_path / "r").exists()

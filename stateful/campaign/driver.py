@@ -189,7 +189,14 @@ def _campaign(args: argparse.Namespace, run_dir: Path, deviations: list[Deviatio
     elapsed = time.time() - started
     states = _read_states(run_dir, args.workers)
     if joined:
-        return _end_joined(args, joined, states, workers, run_dir, interrupted)
+        from redis.exceptions import RedisError
+
+        try:
+            return _end_joined(args, joined, states, workers, run_dir, interrupted)
+        except RedisError as exc:
+            print(f"python -m stateful campaign: error: Redis does not answer, so this process cannot publish what its "
+                  f"workers found nor write the campaign's report: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return interrupted_status() if interrupted else 1
     report = build_report(args.budget, elapsed, args.workers, states, seen.claims(run_dir / "seen"),
                           deviations, allowed, steered=seen.avoided(run_dir / "seen"), interrupted=interrupted)
     report.errors += _worker_exits(workers, states, run_dir, interrupted)
@@ -240,6 +247,8 @@ def _end_joined(args: argparse.Namespace, joined: Joined, states: list[dict[str,
         _summary(report, written, interrupted)
         if note:
             print(note, flush=True)
+    if joined.trouble:
+        print(f"python -m stateful campaign: warning: {joined.trouble}", file=sys.stderr)
     if interrupted:
         return interrupted_status()
     return 1 if report.failed else 0

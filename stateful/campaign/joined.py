@@ -85,6 +85,9 @@ class Joined:
     offset: float
     """Local clock minus Redis's clock, measured when joining."""
     _due: dict[str, float] = field(default_factory=dict)
+    trouble: str = ""
+    """The first Redis error met while the campaign ran (its workers go on; what they find is kept in
+    their counts, published again at the next tick that reaches Redis)."""
 
     @property
     def prefix(self) -> str:
@@ -118,11 +121,16 @@ class Joined:
     def tick(self, states: Sequence[Mapping[str, Any]]) -> None:
         """Between two looks at the workers: heartbeat, publish their counts and findings, give back the
         claims of dead processes (each at its own pace)."""
-        if self._due_now("heartbeat", HEARTBEAT_EVERY):
-            self.heartbeat()
-        if self._due_now("publish", PUBLISH_EVERY):
-            self.publish(states)
-            self.release_dead_claims()
+        from redis.exceptions import RedisError
+
+        try:
+            if self._due_now("heartbeat", HEARTBEAT_EVERY):
+                self.heartbeat()
+            if self._due_now("publish", PUBLISH_EVERY):
+                self.publish(states)
+                self.release_dead_claims()
+        except RedisError as exc:
+            self.trouble = self.trouble or f"Redis did not answer while the campaign ran: {type(exc).__name__}: {exc}"
 
     def heartbeat(self) -> None:
         self.client.set(self.prefix + f"alive:{self.owner}", "1", px=int(HEARTBEAT_TIMEOUT * 1000))
