@@ -267,3 +267,24 @@ def test_reporting_a_campaign_that_does_not_exist_is_a_usage_error(run_root: Pat
     result, _ = campaign(run_root, "report", "--join", redis_url, "--campaign", "never", "--report", str(tmp_path / "r"))
     assert result.returncode == 2 and "no such campaign" in result.stderr and result.stderr.count("\n") == 1
     assert not (tmp_path / "r").exists()
+
+
+def test_a_redis_lost_mid_campaign_is_one_error_line_not_a_traceback(run_root: Path, tmp_path: Path, redis_url: str) -> None:
+    proc = _start(run_root, tmp_path, "lost", "--join", redis_url, "--campaign", "lost", "--target", "direct",
+                  "--budget", "60s", "--workers", "1", "--repro-dir", "", "--db", str(tmp_path / "db"), "--quiet",
+                  env={"STATEFUL_FAULTS": ""})
+    client = redis_client(redis_url)
+    try:
+        _poll(lambda: proc.poll() is not None or client.hlen(campaign_prefix("lost") + "states"), 60.0,
+              "the workers' first counts in Redis")
+        assert proc.poll() is None, (tmp_path / "lost.log").read_text()
+        client.shutdown(nosave=True)
+        code = proc.wait(60 + STOP_GRACE + 30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    output = (tmp_path / "lost.log").read_text()
+    assert code == 1, output
+    assert "Traceback" not in output and "error: Redis does not answer" in output, output
+    _nothing_left(run_root)

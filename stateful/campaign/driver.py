@@ -27,6 +27,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from redis.exceptions import RedisError
+
 from stateful.campaign import seen
 from stateful.campaign.database import REDIS_SCHEMES, check_db
 from stateful.campaign.joined import HEARTBEAT_TIMEOUT, JoinError, Joined, check_name, join, joined_report
@@ -105,9 +107,13 @@ def _read_states(run_dir: Path, workers: int) -> list[dict[str, Any]]:
 
 
 def _totals(states: list[dict[str, Any]], where: seen.Where, allowed: set[str]) -> Totals:
+    try:
+        failures = len(seen.claimed(where))
+    except RedisError:  # a joined campaign's Redis did not answer this time: the line shows what it can
+        failures = 0
     workers = len(states)
     return Totals(workers=workers, programs=sum(s.get("programs", 0) for s in states),
-                  steps=sum(s.get("steps", 0) for s in states), failures=len(seen.claimed(where)),
+                  steps=sum(s.get("steps", 0) for s in states), failures=failures,
                   known=sum(n for s in states for c, n in s.get("known", {}).items() if c in allowed))
 
 
@@ -189,8 +195,6 @@ def _campaign(args: argparse.Namespace, run_dir: Path, deviations: list[Deviatio
     elapsed = time.time() - started
     states = _read_states(run_dir, args.workers)
     if joined:
-        from redis.exceptions import RedisError
-
         try:
             return _end_joined(args, joined, states, workers, run_dir, interrupted)
         except RedisError as exc:

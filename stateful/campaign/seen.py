@@ -9,7 +9,7 @@ ignores that clause.
   ``O_CREAT | O_EXCL``. A directory of small files needs no lock and no server, and survives a worker
   that is killed half-way (its claim still names the failure).
 * **Redis** (:class:`RedisSeen`, ``campaign --join URL --campaign NAME``): one hash of claims under
-  the campaign's name, each claimed with ``HSETNX`` (exactly one process wins) and naming its owner,
+  the campaign's name, each claimed with ``HSETNX`` (exactly one process wins, :data:`CLAIM`) and naming its owner,
   the campaign process whose workers shrink it; a set of triggers; and a log of every successful
   claim, so that a report can show that no finding was claimed twice. A claim is given back only by
   its owner, or taken over from an owner that stopped heartbeating (``stateful.campaign.joined``).
@@ -97,6 +97,15 @@ return 0
 """Delete the claim ARGV[1] only if ARGV[2] owns it: a process whose claim was taken over (it was
 taken for dead) never gives back its successor's."""
 
+CLAIM = """
+if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then
+    redis.call('RPUSH', KEYS[2], ARGV[3])
+    return 1
+end
+return 0
+"""
+"""Claim ARGV[1] (its record ARGV[2]) unless it is claimed, and log the claim (ARGV[3]), in one step."""
+
 TAKE_OVER = """
 local value = redis.call('HGET', KEYS[1], ARGV[1])
 if value and cjson.decode(value)['owner'] == ARGV[2] then
@@ -137,10 +146,8 @@ class RedisSeen:
 
     def claim(self, key: str, info: dict[str, Any]) -> bool:
         record = {"key": key, **info, "owner": self.owner, "host": self.host}
-        if not self.client.hsetnx(self.claims_key, key, json.dumps(record)):
-            return False
-        self.client.rpush(self.log_key, json.dumps({"key": key, "owner": self.owner, "at": time.time()}))
-        return True
+        logged = {"key": key, "owner": self.owner, "at": time.time()}
+        return bool(self.client.eval(CLAIM, 2, self.claims_key, self.log_key, key, json.dumps(record), json.dumps(logged)))
 
     def release(self, key: str) -> None:
         self.client.eval(RELEASE_OWN, 1, self.claims_key, key, self.owner)
