@@ -89,7 +89,8 @@ class Worker:
         self.notes: list[str] = []
         self.finished = False
         self._saved = 0.0
-        self.gate = Gate(seen_dir=seen.open_seen(run_dir / "seen", config.join), allowed=frozenset(config.allowed), worker=index,
+        self.gate = Gate(seen_dir=seen.open_seen(run_dir / "seen", config.join), allowed=frozenset(config.allowed),
+                         worker=index,
                          started=config.started, deadline=config.deadline, on_program=self.save_soon,
                          steer=config.steer)
 
