@@ -288,3 +288,17 @@ def test_a_redis_lost_mid_campaign_is_one_error_line_not_a_traceback(run_root: P
     assert code == 1, output
     assert "Traceback" not in output and "error: Redis does not answer" in output, output
     _nothing_left(run_root)
+
+
+def test_an_interrupted_process_leaves_the_report_to_those_still_running(redis_url: str) -> None:
+    quitter = join(redis_url, "c8", 60.0, [], [])
+    stayer = join(redis_url, "c8", 60.0, [], [])
+    assert seen.claim(quitter.seen, "send.sent", dict(CLAIM))
+    assert not quitter.finish(interrupted=True)
+    assert quitter.await_the_others(0.0) == [stayer.owner]
+    # its unreported claim goes to the others at once (it no longer heartbeats)
+    assert stayer.release_dead_claims() == ["send.sent"]
+    assert stayer.finish(interrupted=False) and stayer.take_the_report() == stayer.owner
+    report = joined_report(redis_url, "c8")
+    assert report.interrupted  # a process searched less than its budget: no verdict of a pass
+    assert [f["clause"] for f in report.failures] == ["send.sent"]

@@ -237,10 +237,13 @@ def _end_joined(args: argparse.Namespace, joined: Joined, states: list[dict[str,
     if args.report is not None:
         # the others stop by the common deadline plus the grace; a killed one is dead after a heartbeat timeout
         patience = max(0.0, joined.deadline + STOP_GRACE + GRACE - time.time()) + HEARTBEAT_TIMEOUT
-        still = [] if interrupted else joined.await_the_others(patience)
-        reporter = joined.take_the_report()
+        # interrupted, it does not wait; it writes the report only if nobody else still runs to write it
+        still = joined.await_the_others(0.0 if interrupted else patience)
+        reporter = joined.take_the_report() if not (interrupted and still) else ""
         report = joined_report(joined.url, joined.name)
-        if reporter == joined.owner:
+        if not reporter:
+            note = f"the campaign goes on ({len(still)} processes): campaign report --join ... --campaign NAME writes it"
+        elif reporter == joined.owner:
             written = write_reports(report, args.report)
             note = f"still running when the report was written: {', '.join(still)}" if still else ""
         else:
