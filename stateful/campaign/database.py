@@ -14,13 +14,14 @@ message that shows the URL shows it through :func:`redacted`.
 from __future__ import annotations
 
 import re
+from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
 from stateful.locations import work_root
 
-__all__ = ["DEFAULT_DB", "REDIS_SCHEMES", "check_db", "open_db", "redacted"]
+__all__ = ["DEFAULT_DB", "REDIS_SCHEMES", "check_db", "open_db", "redacted", "redis_client"]
 
 DEFAULT_DB = str(work_root() / ".hypothesis" / "examples")
 
@@ -68,32 +69,34 @@ def _hidden(text: str, spec: str) -> str:
     return text
 
 
-def check_db(spec: str) -> str | None:
-    """None if ``spec`` names a usable database, else one line saying why not (a usage error)."""
+def check_db(spec: str, option: str = "--db") -> str | None:
+    """None if ``spec`` names a usable database, else one line saying why not (a usage error naming
+    ``option``: ``--db``, or ``--join`` for the Redis that coordinates a campaign)."""
     scheme = _scheme(spec)
     if scheme is None:
         return None
     shown = redacted(spec)
     if scheme not in REDIS_SCHEMES:
-        return (f"--db {shown}: unknown URL scheme {scheme!r}: give a directory or a Redis URL "
+        return (f"{option} {shown}: unknown URL scheme {scheme!r}: give a directory or a Redis URL "
                 "(redis://host:port/n, rediss://host:port/n, unix:///path/to/redis.sock?db=n)")
     parts = urlsplit(spec)
     if scheme == "unix" and not parts.path:
-        return f"--db {shown}: a Redis socket is unix:///path/to/redis.sock?db=n"
+        return f"{option} {shown}: a Redis socket is unix:///path/to/redis.sock?db=n"
     if scheme != "unix" and not parts.hostname:
-        return f"--db {shown}: a Redis database is {scheme}://host:port/n"
+        return f"{option} {shown}: a Redis database is {scheme}://host:port/n"
     try:
         import redis  # noqa: F401
     except ImportError:
-        return f"--db {scheme}://...: the redis client is not installed (pip install 'hypothesis[redis]')"
+        return f"{option} {scheme}://...: the redis client is not installed (pip install 'hypothesis[redis]')"
     try:
-        _redis(spec).ping()
+        redis_client(spec).ping()
     except Exception as exc:  # the client raises its own ConnectionError, TimeoutError, ResponseError...
-        return _hidden(f"--db {shown}: Redis does not answer: {exc}", spec)
+        return _hidden(f"{option} {shown}: Redis does not answer: {exc}", spec)
     return None
 
 
-def _redis(spec: str) -> object:
+def redis_client(spec: str) -> Any:
+    """A client of the Redis ``spec`` names (checked by :func:`check_db` first)."""
     import redis
 
     return redis.Redis.from_url(spec, socket_connect_timeout=5, socket_timeout=30)
@@ -104,5 +107,5 @@ def open_db(spec: str) -> ExampleDatabase:
     if _scheme(spec) in REDIS_SCHEMES:
         from hypothesis.extra.redis import RedisExampleDatabase
 
-        return RedisExampleDatabase(_redis(spec))  # type: ignore[arg-type]
+        return RedisExampleDatabase(redis_client(spec))  # type: ignore[arg-type]
     return DirectoryBasedExampleDatabase(spec)

@@ -6,6 +6,12 @@ The workers are plain subprocesses (``python -m stateful.campaign.worker``) star
 every path (the budget, Ctrl-C, SIGTERM) by ``end_all``; their terminals die with them (each
 registry's reaper). There is no scheduler: each worker searches on its own until the deadline, and
 the only thing they share is the directory of claimed failures (``seen``) and the example database.
+
+With ``--join URL --campaign NAME`` the process is one of many of a campaign coordinated in Redis
+(``stateful.campaign.joined``): its workers claim there, the first process's deadline is everyone's,
+the driver heartbeats and publishes its workers' counts and findings, gives back the claims of dead
+processes, and, with ``--report``, the last one to finish writes the report of the whole campaign
+(``campaign report`` writes it at any time).
 """
 
 from __future__ import annotations
@@ -22,14 +28,17 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from redis.exceptions import RedisError
+
 from stateful.campaign import seen
-from stateful.campaign.database import check_db
+from stateful.campaign.database import REDIS_SCHEMES, check_db
 from stateful.campaign.deviations import Deviation, DeviationsError, dump_deviations, load_deviations, unknown_clause
+from stateful.campaign.joined import HEARTBEAT_TIMEOUT, JoinError, Joined, check_name, join, joined_report
 from stateful.campaign.options import EXIT_USAGE
 from stateful.campaign.progress import Progress, Totals
 from stateful.campaign.report import CampaignReport, build_report, write_reports
 from stateful.campaign.worker import WorkerConfig, state_path
-from stateful.workers import end_all, interrupt_on_signals, interrupted_status, restore_signals, start_worker
+from stateful.workers import GRACE, end_all, interrupt_on_signals, interrupted_status, restore_signals, start_worker
 
 __all__ = ["run"]
 
@@ -70,7 +79,7 @@ def _check(args: argparse.Namespace) -> tuple[list[Deviation], list[str] | None]
         if problem:
             raise UsageError(f"{problem} (nothing was tested)")
         external = [str(v).rstrip("/") for v in given]
-    problem = check_db(args.db)
+    problem = check_db(args.db) or _check_join(args)
     if problem:
         raise UsageError(problem)
     if args.observe is not None:
@@ -79,6 +88,20 @@ def _check(args: argparse.Namespace) -> tuple[list[Deviation], list[str] | None]
         except OSError as why:
             raise UsageError(f"--observe {args.observe}: cannot make the directory: {why.strerror}") from None
     return deviations, external
+
+
+def _check_join(args: argparse.Namespace) -> str | None:
+    """None if ``--join``/``--campaign`` are usable together (or both absent), else why not."""
+    if args.join is None and args.campaign is None:
+        return "campaign report needs --join URL --campaign NAME --report DIR" if args.action == "report" else None
+    if args.join is None or args.campaign is None:
+        return "--join and --campaign go together (a Redis URL and the campaign's name)"
+    if args.join.partition("://")[0].lower() not in REDIS_SCHEMES or "://" not in args.join:
+        return (f"--join {args.join}: a campaign is joined through Redis: redis://host:port/n, rediss://host:port/n "
+                "or unix:///path/to/redis.sock?db=n")
+    if args.action == "report" and args.report is None:
+        return "campaign report needs --report DIR (where to write it)"
+    return check_name(args.campaign) or check_db(args.join, "--join")
 
 
 def _read_states(run_dir: Path, workers: int) -> list[dict[str, Any]]:
@@ -91,10 +114,14 @@ def _read_states(run_dir: Path, workers: int) -> list[dict[str, Any]]:
     return states
 
 
-def _totals(run_dir: Path, workers: int, allowed: set[str]) -> Totals:
-    states = _read_states(run_dir, workers)
+def _totals(states: list[dict[str, Any]], where: seen.Where, allowed: set[str]) -> Totals:
+    try:
+        failures = len(seen.claimed(where))
+    except RedisError:  # a joined campaign's Redis did not answer this time: the line shows what it can
+        failures = 0
+    workers = len(states)
     return Totals(workers=workers, programs=sum(s.get("programs", 0) for s in states),
-                  steps=sum(s.get("steps", 0) for s in states), failures=len(seen.claimed(run_dir / "seen")),
+                  steps=sum(s.get("steps", 0) for s in states), failures=failures,
                   known=sum(n for s in states for c, n in s.get("known", {}).items() if c in allowed))
 
 
@@ -104,15 +131,19 @@ def run(args: argparse.Namespace) -> int:
     (130, 143: an interrupted run is not a passed one, whatever it found by then). Its run directory
     (``config.json`` names the database URL) is removed on every path."""
     try:
+        if args.action == "report":
+            return _report_joined(args)
         deviations, external = _check(args)
-    except UsageError as exc:
+        allowed = sorted(set(args.allow) | {d.clause for d in deviations})
+        joined = join(args.join, args.campaign, args.budget, allowed, deviations) if args.join else None
+    except (UsageError, JoinError) as exc:
         print(f"python -m stateful campaign: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     previous = interrupt_on_signals()
     run_dir: Path | None = None
     try:
         run_dir = Path(tempfile.mkdtemp(prefix="campaign-"))
-        return _campaign(args, run_dir, deviations, external)
+        return _campaign(args, run_dir, deviations, external, joined)
     except KeyboardInterrupt:  # before the workers started, or while the report was made
         print("python -m stateful campaign: interrupted", file=sys.stderr)
         return interrupted_status()
@@ -133,22 +164,26 @@ def _remove(run_dir: Path | None) -> None:
         raise
 
 
-def _campaign(args: argparse.Namespace, run_dir: Path, deviations: list[Deviation], external: list[str] | None) -> int:
+def _campaign(args: argparse.Namespace, run_dir: Path, deviations: list[Deviation], external: list[str] | None,
+              joined: Joined | None = None) -> int:
     """Replay the deviations' repros, start the workers, follow them until the budget (or an interrupt),
     report; the exit status."""
     allowed = sorted(set(args.allow) | {d.clause for d in deviations})
     fixed, failing, replays = _replay_deviations(deviations, external, args.budget, quiet=args.quiet)
     (run_dir / "seen").mkdir()
-    started = time.time()
+    where: seen.Where = joined.seen if joined else run_dir / "seen"
+    started = joined.started if joined else time.time()
+    deadline = joined.deadline if joined else started + args.budget
     config = WorkerConfig(
         target="sessions" if external else args.target, external=external, stack_latency=args.stack_latency,
-        allowed=allowed, started=started, deadline=started + args.budget, shrink_budget=args.shrink_budget,
+        allowed=allowed, started=started, deadline=deadline, shrink_budget=args.shrink_budget,
         repro_dir=args.repro_dir or None, db=args.db, step_timeout=args.step_timeout,
         poll_deadline=args.poll_deadline, steps_per_program=args.steps, steer=not args.no_steering,
         conversation_budget=args.conversation_budget,
-        observe=str(args.observe.resolve()) if args.observe is not None else None)
+        observe=str(args.observe.resolve()) if args.observe is not None else None,
+        join=joined.worker_join() if joined else None)
     (run_dir / "config.json").write_text(json.dumps(asdict(config)), encoding="utf-8")
-    progress = Progress(args.budget, quiet=args.quiet)
+    progress = Progress(deadline - started, quiet=args.quiet)
     workers = []
     interrupted = False
     try:
@@ -159,7 +194,10 @@ def _campaign(args: argparse.Namespace, run_dir: Path, deviations: list[Deviatio
                                              str(index)], stdout=log, stderr=subprocess.STDOUT))
         hard_stop = config.deadline + STOP_GRACE
         while any(w.proc.poll() is None for w in workers) and time.time() < hard_stop:
-            progress.show(time.time() - started, _totals(run_dir, args.workers, set(allowed)))
+            states = _read_states(run_dir, args.workers)
+            if joined:
+                joined.tick(states)
+            progress.show(time.time() - started, _totals(states, where, set(allowed)))
             time.sleep(TICK)
     except KeyboardInterrupt:
         interrupted = True
@@ -168,14 +206,17 @@ def _campaign(args: argparse.Namespace, run_dir: Path, deviations: list[Deviatio
         progress.done()
     elapsed = time.time() - started
     states = _read_states(run_dir, args.workers)
+    if joined:
+        try:
+            return _end_joined(args, joined, states, workers, run_dir, interrupted)
+        except RedisError as exc:
+            print(f"python -m stateful campaign: error: Redis does not answer, so this process cannot publish what its "
+                  f"workers found nor write the campaign's report: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return interrupted_status() if interrupted else 1
     report = build_report(args.budget, elapsed, args.workers, states, seen.claims(run_dir / "seen"),
                           deviations, allowed, steered=seen.avoided(run_dir / "seen"), interrupted=interrupted,
                           target=config.target, fixed_repros=fixed, failing_repros=failing, replays=replays)
-    for index, (worker, state) in enumerate(zip(workers, states)):
-        if worker.proc.returncode not in (0, None) and not state.get("errors") and not interrupted \
-                and worker.proc.returncode > 0:
-            log = (run_dir / f"worker-{index}.log").read_text(errors="replace")[-3000:]
-            report.errors.append(f"worker {index} exited {worker.proc.returncode}:\n{log}")
+    report.errors += _worker_exits(workers, states, run_dir, interrupted)
     written = write_reports(report, args.report) if args.report is not None else []
     if args.write_deviations is not None and not interrupted:
         written.append(_write_baseline(args.write_deviations, report))
@@ -239,6 +280,68 @@ def _write_baseline(path: Path, report: CampaignReport) -> Path:
                                              "Remove an entry once it is fixed (the campaign says which: stale)."),
                     encoding="utf-8")
     return path
+
+
+def _worker_exits(workers: list[Any], states: list[dict[str, Any]], run_dir: Path, interrupted: bool) -> list[str]:
+    """The workers that broke without saying why in their counts: each with the end of its log."""
+    errors = []
+    for index, (worker, state) in enumerate(zip(workers, states)):
+        if worker.proc.returncode not in (0, None) and not state.get("errors") and not interrupted \
+                and worker.proc.returncode > 0:
+            log = (run_dir / f"worker-{index}.log").read_text(errors="replace")[-3000:]
+            errors.append(f"worker {index} exited {worker.proc.returncode}:\n{log}")
+    return errors
+
+
+def _end_joined(args: argparse.Namespace, joined: Joined, states: list[dict[str, Any]], workers: list[Any],
+                run_dir: Path, interrupted: bool) -> int:
+    """This process of a joined campaign ended: publish what its workers found, leave the campaign, and
+    with ``--report`` write the whole campaign's report if this is the process that takes that task
+    (the first to ask once every other one finished or died); the exit status of the campaign as known."""
+    for index, error in enumerate(_worker_exits(workers, states, run_dir, interrupted)):
+        states[index] = {**states[index], "errors": [*states[index].get("errors", []), error]}
+    joined.publish(states)
+    joined.finish(interrupted)
+    written: list[Path] = []
+    note = ""
+    if args.report is not None:
+        # the others stop by the common deadline plus the grace; a killed one is dead after a heartbeat timeout
+        patience = max(0.0, joined.deadline + STOP_GRACE + GRACE - time.time()) + HEARTBEAT_TIMEOUT
+        # interrupted, it does not wait; it writes the report only if nobody else still runs to write it
+        still = joined.await_the_others(0.0 if interrupted else patience)
+        reporter = joined.take_the_report() if not (interrupted and still) else ""
+        report = joined_report(joined.url, joined.name)
+        if not reporter:
+            note = f"the campaign goes on ({len(still)} processes): campaign report --join ... --campaign NAME writes it"
+        elif reporter == joined.owner:
+            written = write_reports(report, args.report)
+            note = f"still running when the report was written: {', '.join(still)}" if still else ""
+        else:
+            note = f"the campaign's report is written by {reporter} (or: campaign report --join ... --campaign NAME)"
+    else:
+        report = joined_report(joined.url, joined.name)
+    if not args.quiet:
+        _summary(report, written, interrupted, observed=args.observe)
+        if note:
+            print(note, flush=True)
+    if joined.trouble:
+        print(f"python -m stateful campaign: warning: {joined.trouble}", file=sys.stderr)
+    if interrupted:
+        return interrupted_status()
+    return 1 if report.failed else 0
+
+
+def _report_joined(args: argparse.Namespace) -> int:
+    """``campaign report --join URL --campaign NAME --report DIR``: the whole campaign's report, written
+    now (while it runs, or after); exit 1 if it failed, else 0."""
+    problem = _check_join(args)
+    if problem:
+        raise UsageError(problem)
+    report = joined_report(args.join, args.campaign)
+    written = write_reports(report, args.report)
+    if not args.quiet:
+        _summary(report, written, report.interrupted)
+    return 1 if report.failed else 0
 
 
 def _summary(report: CampaignReport, written: list[Path], interrupted: bool, observed: Path | None = None) -> None:

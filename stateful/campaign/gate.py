@@ -29,7 +29,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from hypothesis import reject
@@ -83,7 +82,8 @@ def program_labels(events: Iterable[object]) -> list[str]:
 class Gate:
     """One worker's gate (see the module docstring). Not thread-safe: one program at a time."""
 
-    seen_dir: Path
+    seen_dir: seen.Where
+    """Where the campaign's claims live (a directory, or a campaign joined in Redis)."""
     allowed: frozenset[str]
     worker: int
     started: float

@@ -36,6 +36,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
                     "search goes on. Exit 0: no clause outside the allowed ones failed; 1: one did; 2: usage; "
                     "130/143: interrupted by SIGINT/SIGTERM.")
     p.error = lambda message: _one_line_error(p, message)  # type: ignore[method-assign]
+    p.add_argument("action", nargs="?", choices=("report",), metavar="report",
+                   help="`campaign report --join URL --campaign NAME --report DIR`: write the report of a campaign "
+                        "joined in Redis (running or ended), without searching")
     p.add_argument("--budget", type=duration, default=duration("20m"), metavar="DURATION",
                    help="how long the campaign runs, shrinking included (e.g. 90s, 20m, 1h; default 20m)")
     p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1, metavar="N",
@@ -70,6 +73,11 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     p.add_argument("--db", default=DEFAULT_DB, metavar="PATH|redis://host:port/n",
                    help="the Hypothesis example database the workers share (default .hypothesis/examples); "
                         "also rediss://host:port/n and unix:///path.sock?db=n")
+    p.add_argument("--join", metavar="redis://host:port/n",
+                   help="take part in a campaign that spans processes and machines, coordinated by this Redis "
+                        "(with --campaign): claims, steering, counts and findings are shared; the first process "
+                        "to join sets the deadline")
+    p.add_argument("--campaign", metavar="NAME", help="the name of the campaign to join (with --join)")
     p.add_argument("--step-timeout", type=seconds, metavar="S", help="seconds before a step is a hang")
     p.add_argument("--poll-deadline", type=seconds, metavar="S", help="seconds to wait for an eventual property")
     p.add_argument("--conversation-budget", type=conversation_budget, metavar="SIZE",

@@ -49,17 +49,20 @@ class CampaignReport:
     """Each deviation's repro (``FILE:LINE`` of its entry) -> its replay's line at the campaign's start."""
     timeline: list[list[float]] = field(default_factory=list)
     """``[seconds, steps]`` of all workers together, over the budget (for the plot of report.html)."""
+    campaign: dict[str, Any] | None = None
+    """A campaign joined in Redis (``--join``): its name, its processes, and who claimed each finding
+    (``stateful.campaign.joined``); None for a campaign of one machine."""
 
     def as_json(self) -> dict[str, Any]:
         """The schema of report.json (docs/campaigns.md)."""
         return {"budget_s": self.budget_s, "elapsed_s": self.elapsed_s, "interrupted": self.interrupted,
                 "workers": self.workers,
                 "programs": self.programs, "steps": self.steps,
-                "failures": [{k: f.get(k) for k in FAILURE_KEYS} for f in self.failures],
+                "failures": [{k: f.get(k) for k in FAILURE_KEYS} | _found_by(f) for f in self.failures],
                 "known": self.known, "steered": self.steered, "coverage": self.coverage,
                 "clauses": [v.as_json() for v in self.clauses],
                 "stale": [{"clause": e.deviation.clause, "entry": e.deviation.source, "why": e.why} for e in self.stale],
-                "timeline": self.timeline}
+                "timeline": self.timeline} | ({"campaign": self.campaign} if self.campaign is not None else {})
 
     @property
     def failed(self) -> bool:
@@ -93,7 +96,7 @@ def build_report(budget: float, elapsed: float, workers: int, states: Sequence[M
                                         "first_seen_s": claim.get("first_seen_s"),
                                         "steps_found": claim.get("steps_found"), "steps_shrunk": None,
                                         "shrink_s": None, "repro": None, "worker": claim.get("worker"),
-                                        "program": claim.get("program")}
+                                        "program": claim.get("program"), **_found_by(claim)}
         failures.append(failure)
     failures.sort(key=lambda f: (f.get("first_seen_s") is None, f.get("first_seen_s") or 0.0))
     listed = {d.clause for d in deviations} | set(allowed)
@@ -114,6 +117,13 @@ def build_report(budget: float, elapsed: float, workers: int, states: Sequence[M
         coverage=dict(sorted(coverage.items())), deviations=list(deviations), repeats=dict(repeats), errors=errors,
         steered=steered, interrupted=interrupted, clauses=verdicts, stale=stale, replays=dict(replays or {}),
         timeline=timeline(states, elapsed))
+
+
+def _found_by(failure: Mapping[str, Any]) -> dict[str, Any]:
+    """Which host, process (``joined.Joined.owner``) and worker found a failure, for a campaign that
+    spans machines (nothing otherwise)."""
+    return ({"host": failure["host"], "process": failure.get("owner"), "worker": failure.get("worker")}
+            if failure.get("host") else {})
 
 
 TIMELINE_POINTS = 60
@@ -167,7 +177,7 @@ def markdown(report: CampaignReport) -> str:
              f"{report.elapsed_s:g} s of a {report.budget_s:g} s budget, {report.workers} workers: "
              f"{report.programs} programs, {report.steps} steps ({rate:.1f} steps/s), "
              f"{len(report.failures)} distinct failures, {sum(k['count'] for k in report.known)} known deviations met.",
-             "", "## Failures", ""]
+             *_processes(report), "", "## Failures", ""]
     if not report.failures:
         lines.append("None.")
     for f in report.failures:
@@ -178,7 +188,8 @@ def markdown(report: CampaignReport) -> str:
                   else "seen once, not reproduced by its replays (no repro)" if f.get("reproduced") is False
                   else "not shrunk (the budget ended first)")
         lines += [f"### `{f['clause']}`", "",
-                  f"found after {f.get('first_seen_s')} s in program {f.get('program')} of worker {f.get('worker')} "
+                  f"found after {f.get('first_seen_s')} s in program {f.get('program')} of worker {f.get('worker')}"
+                  + (f" of process {f.get('owner')} on {f['host']} " if f.get("host") else " ") +
                   f"({f.get('steps_found')} steps), {shrunk}; "
                   f"met again {report.repeats.get(f['clause'], 0)} times",
                   "", f"repro: `{f['repro']}`" if f.get("repro") else "repro: none",
@@ -206,6 +217,18 @@ def markdown(report: CampaignReport) -> str:
     others = {k: v for k, v in report.coverage.items() if not k.startswith(CLAUSE_EVENT)}
     lines += ["", "## Coverage (programs per event label)", ""] + [f"- {k}: {v}" for k, v in others.items()]
     return "\n".join(lines) + "\n"
+
+
+def _processes(report: CampaignReport) -> list[str]:
+    """For a campaign that spans machines: its name, its processes, and how often each finding was
+    claimed (more than once only when a process died before reporting it)."""
+    if report.campaign is None:
+        return []
+    processes = report.campaign.get("processes", [])
+    claimed = report.campaign.get("claims", {})
+    return ["", f"Campaign `{report.campaign.get('name')}`: {len(processes)} processes "
+            f"({', '.join(str(p['owner']) + ' ' + str(p['status']) for p in processes)}); claims per finding: "
+            f"{', '.join(f'`{k}` {len(v)}' for k, v in claimed.items()) or 'none'}."]
 
 
 def junit(report: CampaignReport) -> ET.ElementTree:

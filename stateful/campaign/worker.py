@@ -72,6 +72,7 @@ class WorkerConfig:
     steer: bool = True               # later searches avoid the triggers of known failures (stateful.steering)
     conversation_budget: int | None = None   # bytes; None: the campaign profile's
     observe: str | None = None       # a directory for Hypothesis's observations (stateful.observe), or None
+    join: dict[str, str] | None = None  # a campaign in Redis (url, campaign, owner, host): claims live there
 
     @classmethod
     def load(cls, run_dir: Path) -> WorkerConfig:
@@ -95,7 +96,8 @@ class Worker:
         self._saved = 0.0
         self.series: list[list[float]] = []
         """``[seconds since the campaign started, programs, steps]`` at each save (the report's timeline)."""
-        self.gate = Gate(seen_dir=run_dir / "seen", allowed=frozenset(config.allowed), worker=index,
+        self.gate = Gate(seen_dir=seen.open_seen(run_dir / "seen", config.join), allowed=frozenset(config.allowed),
+                         worker=index,
                          started=config.started, deadline=config.deadline, on_program=self.save_soon,
                          steer=config.steer)
 
@@ -195,7 +197,7 @@ class Worker:
             return
         reported = {f["clause"] for f in self.failures}
         for key in sorted(self.gate.run_claims - reported):
-            seen.release(self.run_dir / "seen", key)
+            seen.release(self.gate.seen_dir, key)
             self.gate.run_claims.discard(key)
 
     def record(self, machine: type, target: Any, raised: BaseException) -> None:
@@ -219,7 +221,7 @@ class Worker:
             if self.config.repro_dir and program and clause_of(shrunk):
                 repro = str(write_repro(Path(self.config.repro_dir), target.name, shrunk))
                 plain = self.plain_repro(machine, target, shrunk)
-            claim = seen.info(self.run_dir / "seen", key)
+            claim = seen.info(self.gate.seen_dir, key)
             now = time.time()
             seen_at = self.config.started + float(claim.get("first_seen_s", searched - self.config.started))
             split = {"hypothesis": round(searched - seen_at, 1), "drop_steps": round(dropped - searched, 1),
@@ -254,7 +256,7 @@ class Worker:
             key = failure_key(failure)
             if key not in self.gate.run_claims or any(f["clause"] == key for f in self.failures):
                 continue
-            claim = seen.info(self.run_dir / "seen", key)
+            claim = seen.info(self.gate.seen_dir, key)
             self.failures.append({
                 "clause": key, "message": report.splitlines()[0], "first_seen_s": claim.get("first_seen_s"),
                 "steps_found": claim.get("steps_found"), "steps_shrunk": None, "shrink_s": None, "repro": None,
