@@ -102,7 +102,9 @@ def test_the_suites_own_tests_run_beside_the_plugin(tmp_path: Path) -> None:
         "    assert request.config.getoption('--profile') == 'p1'\n"
         "    assert settings().max_examples == 100 and settings().deadline is not None\n",
         encoding="utf-8")
-    result = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--profile", "p1"], cwd=suite)
+    # without CI: where CI is set, Hypothesis itself loads its "ci" profile (no deadline), not this plugin
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    result = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--profile", "p1"], cwd=suite, env=env)
     assert result.returncode == 0 and "1 passed" in result.stdout, result.stdout + result.stderr
 
 
@@ -122,6 +124,7 @@ def test_pytest_pyargs_runs_the_machine_on_the_suites_fixtures(tmp_path: Path) -
 
 # -- the wheel, installed outside the repository ---------------------------------------------------------
 
+@pytest.mark.proof  # slow: a wheel built and installed (the proofs tier)
 @pytest.mark.install
 def test_a_wheel_installed_in_a_fresh_venv_runs_a_campaign_from_anywhere(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"

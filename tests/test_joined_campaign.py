@@ -182,6 +182,7 @@ def _claims_log(url: str, name: str) -> list[dict[str, Any]]:
     return [json.loads(e) for e in redis_client(url).lrange(campaign_prefix(name) + "claim-log", 0, -1)]
 
 
+@pytest.mark.proof
 def test_two_joined_processes_make_one_campaign_each_fault_claimed_once(
         run_root: Path, tmp_path: Path, redis_url: str) -> None:
     budget = 90  # one worker per process: 70 s (test_campaign's budget for 2 workers) missed a fault once under load
@@ -212,6 +213,7 @@ def test_two_joined_processes_make_one_campaign_each_fault_claimed_once(
     assert sorted(f["clause"] for f in _report(tmp_path / "again")["failures"]) == sorted(found)
 
 
+@pytest.mark.proof
 def test_a_process_killed_mid_shrink_leaves_its_finding_to_another(run_root: Path, tmp_path: Path, redis_url: str) -> None:
     """SIGKILL to the process whose worker is shrinking the finding: its heartbeat stops, the other
     process gives its claim back, meets the fault again, claims it and reports it shrunk."""
@@ -271,6 +273,7 @@ def test_reporting_a_campaign_that_does_not_exist_is_a_usage_error(run_root: Pat
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.proof
 def test_a_redis_lost_mid_campaign_is_one_error_line_not_a_traceback(run_root: Path, tmp_path: Path, redis_url: str) -> None:
     proc = _start(run_root, tmp_path, "lost", "--join", redis_url, "--campaign", "lost", "--target", "direct",
                   "--budget", "60s", "--workers", "1", "--repro-dir", "", "--db", str(tmp_path / "db"), "--quiet",
