@@ -92,8 +92,12 @@ def poll_screen(world: World, agent: Agent, ref: PairRef, done: Callable[[str], 
 
 
 def run_command(world: World, agent: Agent, ref: PairRef, shell: Shell, cmd: str, token: str,
-                plan: gen.SendPlan, deco: gen.Decoration, what: str) -> None:
-    """Type ``cmd`` per ``plan``; the output ``token`` must show, followed by a prompt."""
+                plan: gen.SendPlan, deco: gen.Decoration, what: str, *, echo_kept: bool = True) -> None:
+    """Type ``cmd`` per ``plan``; the output ``token`` must show, followed by a prompt.
+
+    ``echo_kept`` False: the command prints more than the history holds, so its echo is gone from
+    every screen and no screen can tell a text that did not arrive (a time-out then says only that
+    the output never showed, never that the text was cut)."""
     sends = gen.split_command(cmd, plan)
     event(f"type: {len(sends)} sends, finish {plan.finish}")
     shell.ready = False
@@ -105,7 +109,7 @@ def run_command(world: World, agent: Agent, ref: PairRef, shell: Shell, cmd: str
     world.owners[uid] = (agent.index, ref.terminal, ref.session)
     typed = Typed(cmd, tuple(str(s.get("text") or "") for s in sends), uid)
 
-    plain = cmd.isascii() and cmd.isprintable()
+    plain = echo_kept and cmd.isascii() and cmd.isprintable()
 
     def done(screen: str) -> bool:
         for other, other_uid in checks.tokens_in(screen):
@@ -134,7 +138,7 @@ def run_command(world: World, agent: Agent, ref: PairRef, shell: Shell, cmd: str
                      triggers=steering.text_triggers(typed.chunks))
         return False
 
-    poll_screen(world, agent, ref, done, f"{what} output {token}", first, typed)
+    poll_screen(world, agent, ref, done, f"{what} output {token}", first, typed if echo_kept else None)
     shell.rows += 2 * (len(cmd) // 70 + 2) + cmd.count("\n") * 2
     shell.markers.append((token, shell.rows))
     shell.ready = True
@@ -262,7 +266,7 @@ def flood(world: World, agent: Agent, ref: PairRef, shell: Shell) -> None:
     uid = checks.new_uid()
     marker, token = checks.shell_marker(uid)
     run_command(world, agent, ref, shell, marker.replace("; ", f"; {FLOOD}; ", 1), token, gen.SendPlan(),
-                gen.Decoration(), "flood")
+                gen.Decoration(), "flood", echo_kept=False)
     shell.rows += FLOOD_ROWS
 
 
