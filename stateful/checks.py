@@ -277,7 +277,14 @@ def text_difference(typed: str, echoed: str, chunks: Sequence[str] = ()) -> str 
 
 def diagnose_typed(screen: str, typed: str, chunks: Sequence[str], uid: str | None) -> tuple[str, str]:
     """(clause, explanation) for a command whose output never showed: the text did not arrive as
-    written, or it arrived but was never submitted, or it ran and its output did not show."""
+    written, or it arrived but was never submitted, or it ran and its output did not show.
+
+    The command's own output (a token of its marker id) on the screen says it arrived and ran: what
+    never showed is the prompt after it. That is never taken for an echo (the output row carries the
+    marker id too, and read as an echo it would look like a text that lost its start)."""
+    if uid and any(u == uid for _, u in tokens_in(screen)):
+        return "read.output-shows", (f"the command {_quoted(typed)} ran and its output showed, but no row "
+                                     "(the program's next prompt) ever followed it")
     found = typed_echo(screen, typed, uid)
     if found is None:
         return "read.output-shows", f"the screen does not show the command {_quoted(typed)} that was typed"
