@@ -96,6 +96,15 @@ def prompt_follows(screen: str, token: str) -> bool:
     return at is not None and any(row.strip() for row in rows[at + 1:])
 
 
+def text_follows(screen: str, needle: str) -> bool:
+    """Whether anything but blanks follows the last ``needle`` on the screen, read with the row breaks
+    taken out: a row of exactly the pane's width may have wrapped (inside ``needle`` too) or just
+    ended there, and either way what comes after it (the next prompt) counts."""
+    text = "".join(_rows(screen))
+    at = text.rfind(needle)
+    return at >= 0 and bool(text[at + len(needle):].strip())
+
+
 def last_row(screen: str) -> str:
     """The last non-blank row, right-stripped ('' for a blank screen)."""
     for row in reversed(_rows(screen)):

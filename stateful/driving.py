@@ -325,9 +325,8 @@ def full_screen(world: World, agent: Agent, ref: PairRef, shell: Shell, program:
     else:
         event(f"full screen: {program} shown and left")
         type_sends(world, agent, ref, leave, gen.Decoration(), read_after=False)
-        # the command's echo may wrap at the pane's width anywhere, inside its marker id too: lines, not rows
-        poll_screen(world, agent, ref,
-                    lambda s: not shows(rows(s)) and checks.prompt_follows("\n".join(checks.logical_lines(s)), uid),
+        # the command's echo may wrap inside its marker id, or end exactly at the pane's width
+        poll_screen(world, agent, ref, lambda s: not shows(rows(s)) and checks.text_follows(s, uid),
                     f"the shell's prompt after leaving {program}",
                     typed=Typed(leave[-1].get("text") or "", tuple(str(s.get("text") or "") for s in leave)))
     sync(world, agent, ref, shell)

@@ -61,6 +61,16 @@ def test_output_shown_without_a_prompt_after_it_is_no_text_cut_short() -> None:
     assert "ran and its output showed" in why
 
 
+def test_text_follows_a_command_that_wrapped_or_ended_at_the_pane_width() -> None:
+    """The two screens of the ci runs: an echo of 81 columns wrapped inside its marker id, and one of
+    exactly 80 columns followed by the prompt on the next row; and the screen before the prompt came."""
+    echo = "bash-5.2# set +H; MANPAGER=less PAGER=less man ls || echo -E MK_$((6*7))_"
+    assert checks.text_follows(screen(echo + "u11z63a", "7", "bash-5.2#"), "u11z63a7")
+    assert checks.text_follows(screen(echo + "uaz7a4f", "bash-5.2#"), "uaz7a4f")
+    assert not checks.text_follows(screen(echo + "uaz7a4f"), "uaz7a4f")
+    assert not checks.text_follows(screen("LS(1)   User Commands   LS(1)"), "uaz7a4f")
+
+
 def test_the_echo_is_found_across_wrapped_rows_and_continuation_prompts() -> None:
     long = "echo " + "y" * 100 + "_" + UID
     echoed = PROMPT + long
