@@ -285,10 +285,13 @@ program's behaviour, not the server's."""
 
 def payloads() -> st.SearchStrategy[str]:
     """Short texts (may hold newlines) built from edge-case pieces and arbitrary printable text; one
-    in six is a key name or a piece of tmux syntax alone (the whole text is ``Enter``, ``;``, ``-l``)."""
+    in three is a key name or a piece of tmux syntax alone (the whole text is ``Enter``, ``;``, ``-l``),
+    one in three mostly characters that are not one cell wide (so that each kind comes up often)."""
     piece = st.one_of(st.sampled_from(_SPECIAL_PIECES), st.text(_CHARS, min_size=1, max_size=12))
+    unicode_piece = st.one_of(st.sampled_from(tuple(UNICODE_TEXTS.values())), st.text(_CHARS, min_size=1, max_size=4))
     return st.one_of(st.lists(piece, min_size=1, max_size=8).map("".join),
-                     st.sampled_from(KEY_NAME_TEXTS + TMUX_SYNTAX_TEXTS))
+                     st.sampled_from(KEY_NAME_TEXTS + TMUX_SYNTAX_TEXTS),
+                     st.lists(unicode_piece, min_size=1, max_size=4).map("".join))
 
 
 def text_kinds(text: str) -> tuple[str, ...]:
