@@ -294,6 +294,8 @@ class TerminalMachine(RuleBasedStateMachine):
             return
         a, _, shell = live
         ref = self._at(pair)
+        for kind in gen.text_kinds(payload):
+            event(f"payload: {kind}")
         uid = checks.new_uid()
         if shell.mode == "shell":
             cmd, token = checks.shell_payload(uid, payload)
@@ -336,6 +338,51 @@ class TerminalMachine(RuleBasedStateMachine):
             # bash eats a key typed while it handles the interrupt: wait for its new prompt.
             driving.poll_screen(self.world, a, ref, lambda s: checks.prompt_after_interrupt(s, before),
                                 "prompt after C-c")
+
+    # -- rules: what real terminal tools break on -------------------------------------------------------
+
+    @rule(target=pairs, agent=AGENT, terminal=st.sampled_from(DECLARED), name=gen.session_names(),
+          deco=gen.decorations())
+    def launch_typing(self, agent: int, terminal: str, name: str, deco: gen.Decoration) -> PairRef:
+        """Launch a pair and type into it in the same reply's next call, before its shell can have
+        printed a prompt (type-ahead). A pair that runs (or may still run) is only launched again."""
+        a = self._agent(agent)
+        ref = PairRef(a.index, terminal, name)
+        pair = a.model.pair(terminal, name)
+        if pair is None or pair.life is Life.DEAD:
+            driving.launch_and_type(self.world, a, ref, deco)
+        else:
+            event("launch then type: the pair runs already")
+            self._turn(a, [[tool_call(LAUNCH, pair_args(ref), deco)], list_step()])
+        return ref
+
+    @precondition(lambda self: bool(self._eligible("shell")))
+    @rule(index=PICK, opener=st.sampled_from(sorted(driving.UNFINISHED)), plan=gen.send_plans(), deco=gen.decorations())
+    def unfinished(self, index: int, opener: str, plan: gen.SendPlan, deco: gen.Decoration) -> None:
+        """A command the shell waits to see finished (a quote or a heredoc left open), then its end."""
+        pair, a, _, shell = self._pick(index, "shell")
+        driving.finish_unfinished(self.world, a, pair, shell, opener, plan, deco)
+
+    @precondition(lambda self: bool(self._eligible("shell")))
+    @rule(index=PICK)
+    def flood(self, index: int) -> None:
+        """A program that prints 2 MB as fast as it can; the shell's prompt must come back."""
+        pair, a, _, shell = self._pick(index, "shell")
+        driving.flood(self.world, a, pair, shell)
+
+    @precondition(lambda self: bool(self._eligible("shell")))
+    @rule(index=PICK, program=st.sampled_from(sorted(driving.FULL_SCREEN)))
+    def full_screen(self, index: int, program: str) -> None:
+        """A pager or an editor (where installed): shown, left, then the shell's prompt again."""
+        pair, a, _, shell = self._pick(index, "shell")
+        driving.full_screen(self.world, a, pair, shell, program)
+
+    @precondition(lambda self: bool(self._eligible("shell")))
+    @rule(index=PICK, payload=gen.payloads(), plan=gen.send_plans())
+    def c_locale(self, index: int, payload: str, plan: gen.SendPlan) -> None:
+        """A text printed back by a program under the C locale, then its md5 as typed."""
+        pair, a, _, shell = self._pick(index, "shell")
+        driving.c_locale_payload(self.world, a, pair, shell, payload, plan)
 
     # -- rules: reading and listing -----------------------------------------------------------------
 
@@ -398,10 +445,11 @@ class TerminalMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: bool(self._eligible("shell")))
     @rule(index=PICK, window=st.lists(st.sampled_from(("list", "read", "send", "close")), max_size=3),
-          relaunch=st.sampled_from(("no", "after-removal", "quick")))
-    def exit_shell(self, index: int, window: list[str], relaunch: str) -> None:
-        """``exit`` in the shell: until the server notices, list/send/read/close may see it either way;
-        then it must be removed (polled); then, optionally, launched again.
+          relaunch=st.sampled_from(("no", "after-removal", "quick")), how=st.sampled_from(sorted(driving.EXITS)))
+    def exit_shell(self, index: int, window: list[str], relaunch: str, how: str = "exit") -> None:
+        """The shell ends (``how``: ``exit``, ``set -e`` then a failing command, ``exec true``): until
+        the server notices, list/send/read/close may see it either way; then it must be removed
+        (polled); then, optionally, launched again.
 
         Where the probe sees the terminal's processes, the window's calls come once they are gone:
         what a server answers then does not depend on how fast the shell ran ``exit``, so a program
@@ -410,7 +458,8 @@ class TerminalMachine(RuleBasedStateMachine):
         # Exiting from now on: the exit (and its deleted event) may happen before the send returns.
         shell.exited = True
         a.model = a.model._with_pair(replace(p, life=Life.EXITING))
-        driving.type_sends(self.world, a, pair, [{"text": "exit"}], gen.Decoration(), read_after=False)
+        event(f"exit: {how}")
+        driving.type_sends(self.world, a, pair, driving.exit_sends(how), gen.Decoration(), read_after=False)
         died: bool | None = None  # unknown where the probe cannot see the processes
         if shell.processes and self.world.probe_on(shell.socket):
             gone = self.world.eventually("exit: processes gone",
@@ -426,10 +475,11 @@ class TerminalMachine(RuleBasedStateMachine):
         if relaunch == "quick":
             driving.await_exit(self.world, a, pair,
                                lambda: (q := a.model.pair(pair.terminal, pair.session)) is None or q.life is Life.DEAD,
-                               [read_call(pair)], f"{pair} to be reported dead", "read.dead", died)
+                               [read_call(pair)], f"{pair} to be reported dead", "read.dead", died, driving.EXITS[how])
         else:
             driving.await_exit(self.world, a, pair, lambda: a.model.pair(pair.terminal, pair.session) is None,
-                               list_step(), f"{pair} to be removed from list after its exit", "list.exit-removed", died)
+                               list_step(), f"{pair} to be removed from list after its exit", "list.exit-removed", died,
+                               driving.EXITS[how])
         if relaunch != "no":
             js = self._turn(a, [[tool_call(LAUNCH, pair_args(pair))], list_step()])
             if js[0][0].value.get("status") != "launched":
