@@ -28,6 +28,7 @@ from stateful.campaign.deviations import Deviation
 from stateful.campaign.joined import JoinError, join, joined_report
 from stateful.campaign.seen import RedisSeen, campaign_prefix
 from stateful.campaign.report import FAILURE_KEYS
+from stateful.clauses import CLAUSES
 from test_campaign import FAULTS, ROOT, STOP_GRACE, _nothing_left, campaign, redis_url, run_root  # noqa: F401
 
 CLAIM = {"worker": 0, "first_seen_s": 1.0, "message": "read.scrollback-type: ...", "steps_found": 3, "program": 1}
