@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
+from stateful import clauses
 from stateful.arguments import seconds
 from stateful.machine import MachineConfig
 
@@ -98,6 +99,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--plain-conftest", default="tests.e2e.conftest", metavar="MODULE",
                     help="the module a plain repro (sessions target) imports the §6 helpers and fixtures from "
                          "(default tests.e2e.conftest)")
+    group.addoption("--allow", action="append", default=[], metavar="CLAUSE",
+                    help="a clause whose violations are known (repeatable): where its check can go on past one "
+                         "(python -m stateful clauses --json: goes_on), the program notes it and goes on")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -107,6 +111,18 @@ def pytest_configure(config: pytest.Config) -> None:
     chosen = config.getoption("--target")
     if chosen not in TARGETS:
         raise pytest.UsageError(f"unknown --target {chosen!r}; known: {', '.join(TARGETS)}")
+    allowed = config.getoption("--allow")
+    unknown = [c for c in allowed if c not in clauses.CLAUSES]
+    if unknown:
+        raise pytest.UsageError(f"unknown clause {unknown[0]!r} for --allow (python -m stateful clauses lists them)")
+    clauses.know(allowed)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The known deviations the programs went on past (``--allow``), so that a green run says so."""
+    met = clauses.deviations()
+    for key, count in sorted(met.met.items()):
+        terminalreporter.write_line(f"known deviation gone past {count} times: {str(met.examples[key]).splitlines()[0]}")
 
 
 def current_profile() -> str:

@@ -196,10 +196,11 @@ def test_repro(repro_machine):
 
 def write_repro(directory: Path, target: str, failure: BaseException) -> Path:
     """Write the repro of ``failure`` into ``directory`` (created if missing), named by the clause it
-    breaks and its digest: ``test_repro_<target>_<clause>_<digest>.py`` (the clause's dots and dashes
-    as underscores; no clause part for a failure that names none)."""
+    breaks, its cause and its digest: ``test_repro_<target>_<clause>[_<cause>]_<digest>.py`` (the
+    finding's key, :mod:`stateful.causes`, with its dots, dashes and ``@`` as underscores; no clause
+    part for a failure that names none)."""
     program = reported_program(failure)
-    clause = clause_of(failure)
+    clause = clause_of(failure) and getattr(failure, "key", None)
     part = re.sub(r"\W", "_", clause) + "_" if clause else ""
     text = render_repro(target, program, failure)
     digest = hashlib.sha256("\n".join([target, *program]).encode()).hexdigest()[:10]

@@ -35,7 +35,8 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.errors import Flaky, HypothesisException, Unsatisfiable
 from hypothesis.stateful import get_state_machine_test
 
-from stateful import steering
+from stateful import clauses, steering
+from stateful.causes import split_key
 from stateful.campaign import seen
 from stateful.campaign.database import open_db
 from stateful.campaign.gate import BudgetSpent, Gate, Resteer, failure_key, first_line
@@ -101,7 +102,7 @@ class Worker:
     def save(self) -> None:
         g = self.gate
         state = {"worker": self.index, "programs": g.programs, "steps": g.steps, "coverage": dict(g.coverage),
-                 "known": dict(g.known), "repeats": dict(g.repeats), "failures": self.failures,
+                 "known": dict(g.known), "repeats": dict(g.repeats), "examples": g.examples, "failures": self.failures,
                  "seeds": self.searches, "errors": self.errors, "notes": self.notes, "finished": self.finished}
         path = state_path(self.run_dir, self.index)
         tmp = path.with_suffix(".tmp")
@@ -180,7 +181,7 @@ class Worker:
         another search may find them again, while there is time to shrink them."""
         if time.time() >= self.config.deadline:
             return
-        reported = {f["clause"] for f in self.failures}
+        reported = {f["key"] for f in self.failures}
         for key in sorted(self.gate.run_claims - reported):
             seen.release(self.run_dir / "seen", key)
             self.gate.run_claims.discard(key)
@@ -191,15 +192,22 @@ class Worker:
         from stateful.repro import reported_program, write_repro
 
         for failure in _leaves(raised):
-            key = failure_key(failure)
-            if key not in self.gate.run_claims or any(f["clause"] == key for f in self.failures):
+            key = self.claim_of(failure)
+            if key is None or any(f["key"] == key for f in self.failures):
                 continue
-            self.gate.steer_away(failure)  # Hypothesis's shrunk failure: the least input that provokes it
             shrunk = failure
             searched = time.time()
             if clause_of(failure) and searched < self.config.deadline:
-                shrunk = shorter_failure(machine, failure, deadline=self.config.deadline)
+                clauses.know(self.gate.allowed, self.gate.others())  # its replays go on where the search's did
+                try:
+                    shrunk = shorter_failure(machine, failure, deadline=self.config.deadline)
+                finally:
+                    clauses.know()
             dropped = time.time()
+            key = self.rename(key, shrunk)
+            if key is None:
+                continue
+            self.gate.steer_away(shrunk)  # the shrunk failure: the least input that provokes it
             program = reported_program(shrunk)
             repro = None
             plain = None
@@ -211,8 +219,10 @@ class Worker:
             seen_at = self.config.started + float(claim.get("first_seen_s", searched - self.config.started))
             split = {"hypothesis": round(searched - seen_at, 1), "drop_steps": round(dropped - searched, 1),
                      "repros": round(now - dropped, 1)}
+            clause, cause = split_key(key)
             self.failures.append({
-                "clause": key, "message": first_line(shrunk), "first_seen_s": claim.get("first_seen_s"),
+                "clause": clause, "cause": cause, "key": key, "message": first_line(shrunk),
+                "first_seen_s": claim.get("first_seen_s"),
                 "steps_found": claim.get("steps_found"),
                 "steps_shrunk": len(rule_groups(program, invariants_of(machine))) if program else None,
                 "shrink_s": round(now - seen_at, 1) if "first_seen_s" in claim else None,
@@ -221,6 +231,35 @@ class Worker:
             })
             self.save()
 
+    def claim_of(self, failure: BaseException) -> str | None:
+        """The claim of this search that ``failure`` is: its own key, or the one claim of its clause
+        (its cause may have changed while Hypothesis shrank it); None if this search claimed neither."""
+        key = failure_key(failure)
+        if key in self.gate.run_claims:
+            return key
+        clause, _ = split_key(key)
+        same = sorted(k for k in self.gate.run_claims if split_key(k)[0] == clause)
+        return same[0] if same else None
+
+    def rename(self, claimed: str, shrunk: BaseException) -> str | None:
+        """The finding's key as its shrunk program names it (the cause is what the *shrunk* program
+        needs): the claim moves to that key; None if another worker claimed that one meanwhile (the
+        finding is theirs: this claim is given back)."""
+        key = failure_key(shrunk)
+        if key == claimed:
+            return key
+        info = {**seen.info(self.run_dir / "seen", claimed), "renamed_from": claimed}
+        info.pop("key", None)
+        clause, cause = split_key(key)
+        info.update(clause=clause, cause=cause)
+        taken = seen.claim(self.run_dir / "seen", key, info)
+        seen.release(self.run_dir / "seen", claimed)
+        self.gate.run_claims.discard(claimed)
+        if not taken:
+            self.notes.append(f"{claimed} shrank to {key}, which another worker claimed meanwhile: left to it")
+            return None
+        self.gate.run_claims.add(key)
+        return key
 
     def record_flaky(self, machine: type, target: Any, flaky: BaseException, run_settings: settings) -> None:
         """A violation Hypothesis could not replay (``Flaky``), replayed as ``pytest stateful/`` does
@@ -238,12 +277,13 @@ class Worker:
                               f"{str(flaky).splitlines()[0] if str(flaky) else ''}")
             return
         for failure in violations_in(flaky):
-            key = failure_key(failure)
-            if key not in self.gate.run_claims or any(f["clause"] == key for f in self.failures):
+            key = self.claim_of(failure)
+            if key is None or any(f["key"] == key for f in self.failures):
                 continue
             claim = seen.info(self.run_dir / "seen", key)
+            clause, cause = split_key(key)
             self.failures.append({
-                "clause": key, "message": report.splitlines()[0], "first_seen_s": claim.get("first_seen_s"),
+                "clause": clause, "cause": cause, "key": key, "message": report.splitlines()[0], "first_seen_s": claim.get("first_seen_s"),
                 "steps_found": claim.get("steps_found"), "steps_shrunk": None, "shrink_s": None, "repro": None,
                 "plain": None, "reproduced": False, "shrunk_s": round(time.time() - self.config.started, 1),
                 "report": report, "worker": self.index, "program": claim.get("program"),
