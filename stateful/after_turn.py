@@ -222,16 +222,17 @@ def rows_exact(ctx: TurnContext, call: Call, judgement: Judgement) -> None:
     if rows != expected:
         deviate("read.rows-exact", f"{call!r} -> {rows} rows: the pane holds {held} lines of history (tmux), so a "
                                    f"read with scrollback {lines} holds min(N, H) + {PANE_ROWS} = {expected} rows",
-                causes=scrollback_cause(ctx, call, lines, socket, held))
+                causes=scrollback_cause(ctx, call, lines, socket, held, rows))
         return  # a known deviation: the read's screen is used as it is
     event("read: rows exact")
     exercised("read.rows-exact")
 
 
-def scrollback_cause(ctx: TurnContext, call: Call, lines: Any, socket: str, held: int) -> tuple[str, ...]:
+def scrollback_cause(ctx: TurnContext, call: Call, lines: Any, socket: str, held: int, rows: int) -> tuple[str, ...]:
     """``("big-scrollback",)`` when a read with a scrollback over :data:`causes.BIG_SCROLLBACK` broke
-    the exact rows and the same read with that much scrollback does not (asked once more, the pane
-    unchanged): the size is what the failure needs. Otherwise no cause: it fails whatever the size."""
+    the exact rows and the same read with that much scrollback (asked once more, the pane unchanged)
+    does not break them the same way (exact, or off by another count): the size is what this failure
+    needs. Otherwise no cause: it fails the same whatever the size."""
     if not isinstance(lines, int) or lines <= causes.BIG_SCROLLBACK:
         return ()
     smaller = json.dumps({**json.loads(call.arguments), "scrollback": causes.BIG_SCROLLBACK})
@@ -242,8 +243,9 @@ def scrollback_cause(ctx: TurnContext, call: Call, lines: Any, socket: str, held
         return ()
     if ctx.world.probe.history_size(socket) != held or not isinstance(screen, str):
         return ()
-    exact = screen.count("\n") == min(causes.BIG_SCROLLBACK, held) + PANE_ROWS
-    return ("big-scrollback",) if exact else ()
+    missing = min(lines, held) + PANE_ROWS - rows
+    missing_smaller = min(causes.BIG_SCROLLBACK, held) + PANE_ROWS - screen.count("\n")
+    return ("big-scrollback",) if missing_smaller != missing else ()
 
 
 AFTER_CALL: tuple[CallCheck, ...] = (track_shells, screen_isolation, rows_exact)

@@ -200,6 +200,10 @@ class Deviations:
     examples: dict[str, ContractViolation] = field(default_factory=dict)
     """The first violation of each, for the report."""
 
+    def gone_past(self, clause_id: str) -> int:
+        """How often the run went past a violation of ``clause_id`` (whatever its cause)."""
+        return sum(n for key, n in self.met.items() if causes_.split_key(key)[0] == clause_id)
+
     def known(self, error: ContractViolation) -> str | None:
         """The allowed clause or known finding ``error`` is (None: it is new)."""
         if error.clause in self.allowed:

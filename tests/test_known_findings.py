@@ -122,12 +122,12 @@ def test_only_clauses_that_declare_how_to_go_on_can_be_gone_past() -> None:
     assert "read.rows-exact" in clauses.GOES_ON and "list.registered" not in clauses.GOES_ON
 
 
-def rows_context(rows: int, scrollback: int, held: int, exact_below: int | None = None) -> Any:
+def rows_context(rows: int, scrollback: int, held: int, exact_below: int | None = None, short: int = 0) -> Any:
     """A read of an idle pane holding ``held`` lines of history that answers ``rows`` rows (and,
-    for a scrollback of at most ``exact_below``, the exact count)."""
+    for a scrollback of at most ``exact_below``, the exact count less ``short``)."""
     def answer(c: Any) -> dict[str, Any]:
         asked = json.loads(c.arguments).get("scrollback", 0)
-        n = min(asked, held) + 24 if exact_below is not None and asked <= exact_below else rows
+        n = min(asked, held) + 24 - short if exact_below is not None and asked <= exact_below else rows
         return {"terminal": "bash:a", "screen": "x\n" * n, "scrollback_lines": asked}
     session = FakeSession(answer)
     world, agent = world_with(session)
@@ -156,3 +156,12 @@ def test_a_scrollback_over_1000_is_the_cause_only_where_a_read_of_1000_is_exact(
     clauses.know(findings=["read.rows-exact"])  # the other finding of the clause does not cover it
     with pytest.raises(ContractViolation):
         after_turn.rows_exact(ctx, read, judgement)
+
+
+def test_a_capped_scrollback_is_told_apart_even_where_every_read_is_also_one_row_short() -> None:
+    # both faults at once: a big read shows no history, a read of 1000 one row too few: the size
+    # changes the failure, so the size is its cause
+    ctx, read, judgement = rows_context(rows=24, scrollback=9000, held=300, exact_below=1000, short=1)
+    with pytest.raises(ContractViolation) as capped:
+        after_turn.rows_exact(ctx, read, judgement)
+    assert capped.value.key == "read.rows-exact@big-scrollback"
