@@ -83,6 +83,16 @@ def poll_screen(world: World, agent: Agent, ref: PairRef, done: Callable[[str], 
     clause, cause = "read.output-shows", "it never showed"
     if typed is not None:
         clause, cause = checks.diagnose_typed(screens[0], typed.text, typed.chunks, typed.uid)
+        if checks.typed_echo(screens[0], typed.text, typed.uid) is None and world.cfg.big_scrollback > causes.BIG_SCROLLBACK:
+            # The screen does not show the command at all: a server whose big reads show less than they
+            # should (a capped scrollback) would hide it. Looked for once more with a smaller one, so the
+            # diagnosis rests on what the pane holds, not on another deviation of the reads.
+            again = run_turn(world, agent, [[read_call(ref, causes.BIG_SCROLLBACK)]])[0][0].value
+            if isinstance(again, dict) and isinstance(again.get("screen"), str) \
+                    and checks.typed_echo(again["screen"], typed.text, typed.uid) is not None:
+                screens[0] = again["screen"]
+                clause, cause = checks.diagnose_typed(screens[0], typed.text, typed.chunks, typed.uid)
+        tail = "\n".join(f"    | {row}" for row in screens[0].rstrip("\n").split("\n")[-30:])
     named = causes.text_causes(typed.chunks) if typed is not None and clause == "send.text-literal" else ()
     triggers = tuple(c for c in named if c in steering.TRIGGERS)
     if may_go_on and clause == "send.text-literal":

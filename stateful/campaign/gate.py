@@ -121,6 +121,9 @@ class Gate:
     """Note the triggers of known failures, so that later searches avoid them (``--no-steering``: not)."""
     steered: frozenset[str] = frozenset()
     """The triggers the current search avoids (set by the worker when it starts)."""
+    going_on: frozenset[str] = frozenset()
+    """The findings the current search's programs go on past (set by the worker when it starts:
+    fixed, so that a program replays the same way; a search ends once others are known)."""
     resteer: bool = True
     """End the search once a known failure's trigger is not in ``steered`` (not in a search that
     replays the example database first: ending it would skip the failures saved after the first)."""
@@ -163,8 +166,10 @@ class Gate:
                 self.ignored = seen.claimed(self.seen_dir) | self.done
                 if self.steer and self.resteer and not seen.avoided(self.seen_dir) <= self.steered:
                     raise Resteer()
+                if self.resteer and not self.others() <= self.going_on:
+                    raise Resteer()  # a new finding is known: the next search goes on past it
             self.machine = None
-            clauses.know(self.allowed, self.others())
+            clauses.know(self.allowed, self.going_on - self.run_claims)
             try:
                 inner(*args, **kwargs)
             except HypothesisException:

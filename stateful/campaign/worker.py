@@ -147,6 +147,7 @@ class Worker:
         # fixed for the whole search, so that its programs replay and shrink the same way
         self.gate.steered = seen.avoided(self.gate.seen_dir) if self.config.steer else frozenset()
         self.gate.resteer = Phase.reuse not in (run_settings.phases or ())
+        self.gate.going_on = seen.claimed(self.gate.seen_dir) | self.gate.done
         steering.avoid(self.gate.steered)
         test = get_state_machine_test(self.gate.factory(machine), settings=run_settings)
         test._hypothesis_internal_use_seed = seed  # type: ignore[attr-defined]
@@ -198,7 +199,7 @@ class Worker:
             shrunk = failure
             searched = time.time()
             if clause_of(failure) and searched < self.config.deadline:
-                clauses.know(self.gate.allowed, self.gate.others())  # its replays go on where the search's did
+                clauses.know(self.gate.allowed, self.gate.going_on - self.gate.run_claims)  # as the search went on
                 try:
                     shrunk = shorter_failure(machine, failure, deadline=self.config.deadline)
                 finally:
