@@ -34,6 +34,7 @@ CAUSES: dict[str, str] = {
     "non-ascii": "a typed text holding characters outside ASCII",
     "launch-copies": steering.TRIGGERS["launch-copies"],
     "several-calls": "several calls in one model reply",
+    "exited-pair": "a call on a pair whose process was told to exit or is known dead",
     "server-terminals": steering.TRIGGERS["server-terminals"],
     "bool-scrollback": steering.TRIGGERS["bool-scrollback"],
 }

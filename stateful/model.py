@@ -256,7 +256,14 @@ def _fail(clause_id: str, call: Call, output: str, why: str, model: SessionModel
         details.append(f"  model:  {describe(model)}")
     fail(clause_id, f"{call!r} -> {_short(output, 160)}: {why}", *details,
          triggers=steering.call_triggers(clause_id, call.tool, call.arguments),
-         causes=causes.call_causes(clause_id, call.tool, call.arguments))
+         causes=(*causes.call_causes(clause_id, call.tool, call.arguments), *_pair_causes(call, model)))
+
+
+def _pair_causes(call: Call, model: SessionModel | None) -> tuple[str, ...]:
+    """``exited-pair`` when the call addresses a pair the model knows was told to exit or is dead."""
+    key = addressed_pair(call)
+    pair = model.pair(*key) if model is not None and key is not None else None
+    return ("exited-pair",) if pair is not None and pair.life is not Life.ALIVE else ()
 
 
 def describe(model: SessionModel) -> str:
