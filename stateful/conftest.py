@@ -201,10 +201,19 @@ def repro_machine(request: pytest.FixtureRequest, machine_config: MachineConfig)
     from stateful.machine import TerminalMachine
     from stateful.minimize import run_once
 
-    def replay(target_name: str, program: Callable[[Any], None]) -> None:
+    def replay(target_name: str, program: Callable[[Any], None], finding: str | None = None) -> None:
+        """``finding``: the key the repro was written for (clause@cause); the failure says which
+        finding it is now, and whether that is another cause of the clause than the repro's."""
         target = request.getfixturevalue(f"{target_name}_target")
         machine = type(f"Repro{target_name.title()}Machine", (TerminalMachine,), {})
         machine.bind(target, machine_config)
-        run_once(machine, program)
+        try:
+            run_once(machine, program)
+        except clauses.ContractViolation as violation:
+            if finding is not None:
+                violation.add_note(f"finding: {violation.key}" + ("" if violation.key == finding else
+                                   f" (this repro was written for {finding}: the program now breaks its clause "
+                                   "by another cause, so it fails for both)"))
+            raise
 
     return replay

@@ -165,3 +165,18 @@ def test_a_capped_scrollback_is_told_apart_even_where_every_read_is_also_one_row
     with pytest.raises(ContractViolation) as capped:
         after_turn.rows_exact(ctx, read, judgement)
     assert capped.value.key == "read.rows-exact@big-scrollback"
+
+
+def test_a_repro_names_its_finding_and_replay_says_when_it_fails_by_another_cause() -> None:
+    from stateful.repro import render_repro
+    from stateful.replay import FINDING
+
+    capped = violation("read.rows-exact", "24 rows", causes=("big-scrollback",))
+    text = render_repro("direct", ["state = TerminalMachine()", "pairs_0 = state.start(terminal='sh', name='main')"], capped)
+    assert "FINDING = 'read.rows-exact@big-scrollback'" in text and "repro_machine(TARGET, program, finding=FINDING)" in text
+    compile(text, "repro.py", "exec")
+    same = FINDING.search("E   finding: read.rows-exact@big-scrollback\n")
+    assert same is not None and same.groups() == ("read.rows-exact@big-scrollback", None)
+    other = FINDING.search("E   finding: read.rows-exact (this repro was written for read.rows-exact@big-scrollback: "
+                           "the program now breaks its clause by another cause, so it fails for both)\n")
+    assert other is not None and other.groups() == ("read.rows-exact", "read.rows-exact@big-scrollback")
