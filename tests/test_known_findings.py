@@ -180,3 +180,17 @@ def test_a_repro_names_its_finding_and_replay_says_when_it_fails_by_another_caus
     other = FINDING.search("E   finding: read.rows-exact (this repro was written for read.rows-exact@big-scrollback: "
                            "the program now breaks its clause by another cause, so it fails for both)\n")
     assert other is not None and other.groups() == ("read.rows-exact", "read.rows-exact@big-scrollback")
+
+
+def test_a_call_on_a_pair_told_to_exit_names_that_cause() -> None:
+    from dataclasses import replace
+
+    from stateful.model import Call, Life, PairState, SessionModel, _fail
+
+    alive = SessionModel(declared=("bash",), pairs=(PairState("bash", "a", "/s", 1, Life.ALIVE, (0,)),))
+    exiting = replace(alive, pairs=(replace(alive.pairs[0], life=Life.EXITING),))
+    read = Call(READ, json.dumps({"terminal": "bash", "session": "a"}))
+    for model, key in ((alive, "read.result"), (exiting, "read.result@exited-pair")):
+        with pytest.raises(ContractViolation) as caught:
+            _fail("read.result", read, "{}", "no screen", model)
+        assert caught.value.key == key
