@@ -199,7 +199,9 @@ class Worker:
             shrunk = failure
             searched = time.time()
             if clause_of(failure) and searched < self.config.deadline:
-                clauses.know(self.gate.allowed, self.gate.going_on - self.gate.run_claims)  # as the search went on
+                # replayed as its repro will run: going past nothing but the allowed clauses, so that a
+                # shorter program counts only if it fails by itself (not through another finding's resync)
+                clauses.know(self.gate.allowed)
                 try:
                     shrunk = shorter_failure(machine, failure, deadline=self.config.deadline)
                 finally:
