@@ -220,29 +220,42 @@ def rows_exact(ctx: TurnContext, call: Call, judgement: Judgement) -> None:
     lines, rows = value["scrollback_lines"], value["screen"].count("\n")
     expected = min(lines, held) + PANE_ROWS
     if rows != expected:
-        deviate("read.rows-exact", f"{call!r} -> {rows} rows: the pane holds {held} lines of history (tmux), so a "
-                                   f"read with scrollback {lines} holds min(N, H) + {PANE_ROWS} = {expected} rows",
-                causes=scrollback_cause(ctx, call, lines, socket, held, rows))
-        return  # a known deviation: the read's screen is used as it is
+        smaller: list[tuple[Call, int]] = []  # the same read with a scrollback of 1000, where one was made
+        deviate("read.rows-exact", _rows_headline(call, rows, held, lines),
+                causes=scrollback_cause(ctx, call, lines, socket, held, rows, smaller))
+        # A known deviation: the read's screen is used as it is. A capped big read hides whatever else
+        # the rows hold: the read of 1000 made to tell its cause is judged too (fetched another way).
+        for again, again_rows in smaller:
+            if again_rows != min(causes.BIG_SCROLLBACK, held) + PANE_ROWS:
+                deviate("read.rows-exact", _rows_headline(again, again_rows, held, causes.BIG_SCROLLBACK))
+        return
     event("read: rows exact")
     exercised("read.rows-exact")
 
 
-def scrollback_cause(ctx: TurnContext, call: Call, lines: Any, socket: str, held: int, rows: int) -> tuple[str, ...]:
+def _rows_headline(call: Call, rows: int, held: int, lines: Any) -> str:
+    return (f"{call!r} -> {rows} rows: the pane holds {held} lines of history (tmux), so a read with scrollback "
+            f"{lines} holds min(N, H) + {PANE_ROWS} = {min(lines, held) + PANE_ROWS} rows")
+
+
+def scrollback_cause(ctx: TurnContext, call: Call, lines: Any, socket: str, held: int, rows: int,
+                     smaller: list[tuple[Call, int]]) -> tuple[str, ...]:
     """``("big-scrollback",)`` when a read with a scrollback over :data:`causes.BIG_SCROLLBACK` broke
     the exact rows and the same read with that much scrollback (asked once more, the pane unchanged)
     does not break them the same way (exact, or off by another count): the size is what this failure
-    needs. Otherwise no cause: it fails the same whatever the size."""
+    needs. Otherwise no cause: it fails the same whatever the size. ``smaller`` gets that read and
+    its rows where the pane was unchanged."""
     if not isinstance(lines, int) or lines <= causes.BIG_SCROLLBACK:
         return ()
-    smaller = json.dumps({**json.loads(call.arguments), "scrollback": causes.BIG_SCROLLBACK})
-    outputs = ctx.agent.session.run_turn([[Call(READ, smaller)]], step_timeout=ctx.world.cfg.step_timeout)
+    again = Call(READ, json.dumps({**json.loads(call.arguments), "scrollback": causes.BIG_SCROLLBACK}))
+    outputs = ctx.agent.session.run_turn([[again]], step_timeout=ctx.world.cfg.step_timeout)
     try:
         screen = json.loads(outputs[0][0])["screen"]
     except (ValueError, LookupError, TypeError):
         return ()
     if ctx.world.probe.history_size(socket) != held or not isinstance(screen, str):
         return ()
+    smaller.append((again, screen.count("\n")))
     missing = min(lines, held) + PANE_ROWS - rows
     missing_smaller = min(causes.BIG_SCROLLBACK, held) + PANE_ROWS - screen.count("\n")
     return ("big-scrollback",) if missing_smaller != missing else ()

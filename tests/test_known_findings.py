@@ -145,7 +145,8 @@ def test_a_known_rows_violation_is_noted_and_the_program_goes_on() -> None:
     assert first.value.key == "read.rows-exact"  # one short whatever the size: no cause
     clauses.know(findings=["read.rows-exact"])
     after_turn.rows_exact(ctx, read, judgement)  # goes on
-    assert clauses.deviations().met == {"read.rows-exact": 1}
+    # the read of 9000 and the read of 1000 made to tell the cause: both wrong, both noted
+    assert clauses.deviations().met == {"read.rows-exact": 2}
 
 
 def test_a_scrollback_over_1000_is_the_cause_only_where_a_read_of_1000_is_exact() -> None:
@@ -194,3 +195,16 @@ def test_a_call_on_a_pair_told_to_exit_names_that_cause() -> None:
         with pytest.raises(ContractViolation) as caught:
             _fail("read.result", read, "{}", "no screen", model)
         assert caught.value.key == key
+
+
+def test_past_a_known_capped_read_the_read_of_1000_is_judged_and_shows_the_other_bug() -> None:
+    ctx, read, judgement = rows_context(rows=24, scrollback=9000, held=300, exact_below=1000, short=1)
+    clauses.know(findings=["read.rows-exact@big-scrollback"])
+    with pytest.raises(ContractViolation) as short:
+        after_turn.rows_exact(ctx, read, judgement)
+    assert short.value.key == "read.rows-exact" and '"scrollback": 1000' in str(short.value).split("\n")[0]
+    assert clauses.deviations().met == {"read.rows-exact@big-scrollback": 1}
+    # with only the cap, the program goes on past it
+    clauses.know(findings=["read.rows-exact@big-scrollback"])
+    ctx, read, judgement = rows_context(rows=24, scrollback=9000, held=300, exact_below=1000)
+    after_turn.rows_exact(ctx, read, judgement)
