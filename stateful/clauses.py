@@ -140,7 +140,8 @@ _clause("events.unique-ids", "§2.4", "two live terminals of a session never sha
 
 
 GOES_ON: dict[str, str] = {
-    "read.rows-exact": "the row count is not part of the model's state: noted, the read's screen is used as it is",
+    "read.rows-exact": "the row count is not part of the model's state: noted, the read's screen is used as it is "
+                       "(past a read over 1000, the read of 1000 made to tell its cause is judged in its place)",
     "read.visible": "what a screen shows is not part of the model's state: noted, the program goes on",
     "read.history": "what a screen shows is not part of the model's state: noted, the program goes on",
     "screen.isolation": "noted; the pair that showed another's marker is checked as before",
