@@ -208,3 +208,17 @@ def test_past_a_known_capped_read_the_read_of_1000_is_judged_and_shows_the_other
     clauses.know(findings=["read.rows-exact@big-scrollback"])
     ctx, read, judgement = rows_context(rows=24, scrollback=9000, held=300, exact_below=1000)
     after_turn.rows_exact(ctx, read, judgement)
+
+
+def test_a_known_finding_steers_away_from_its_own_cause_only(tmp_path: Path) -> None:
+    g = gate(tmp_path)
+    assert seen.claim(g.seen_dir, "send.text-literal@long-text", {})
+    g.ignored = seen.claimed(g.seen_dir)
+    # a long text holding `;` and `-` is cut short: met again; its `;` is no reason to stop drawing `;` edges
+    long_cut = violation("send.text-literal", "cut", triggers=("dash-edge", "semicolon-edge"), causes=("long-text",))
+    assert g._ignores(long_cut)
+    assert seen.avoided(g.seen_dir) == frozenset()
+    assert seen.claim(g.seen_dir, "send.text-literal@semicolon-edge", {})
+    g.ignored = seen.claimed(g.seen_dir)
+    assert g._ignores(violation("send.text-literal", "lost ;", triggers=("semicolon-edge",)))
+    assert seen.avoided(g.seen_dir) == {"semicolon-edge"}

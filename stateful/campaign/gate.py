@@ -198,13 +198,13 @@ class Gate:
         match = known_by(clause, getattr(error, "causes", ()), self.others())
         if match is not None:
             self.repeats[match] += 1
-            self.steer_away(error)
+            self.steer_away(error, match)
             return True
         if key in self.run_claims or clause in {split_key(k)[0] for k in self.run_claims}:
             return False  # the finding this search shrinks (its cause may change while it does)
         if not seen.claim(self.seen_dir, key, self._claim_info(error)):
             self.repeats[key] += 1
-            self.steer_away(error)
+            self.steer_away(error, key)
             return True
         self.run_claims.add(key)
         return False
@@ -217,14 +217,21 @@ class Gate:
             (self.known if key in self.allowed else self.repeats)[key] += count
             example = met.examples[key]
             self.examples.setdefault(key, first_line(example))
-            self.steer_away(example)
+            self.steer_away(example, None if key in self.allowed else key)
         clauses.know()
 
-    def steer_away(self, error: BaseException) -> None:
+    def steer_away(self, error: BaseException, finding: str | None = None) -> None:
         """From the next search on, no worker draws the input that provoked ``error``, a failure the
-        campaign knows (allowed, or claimed and reported: a claim given back does not steer)."""
-        if self.steer:
-            seen.avoid(self.seen_dir, getattr(error, "triggers", ()))
+        campaign knows (allowed, or claimed and reported: a claim given back does not steer). For a
+        known ``finding`` (a key), only its own cause: a long text cut short names the ``;`` it
+        holds too, and steering away from that would hide the bug that drops a final ``;``."""
+        if not self.steer:
+            return
+        triggers = tuple(getattr(error, "triggers", ()))
+        if finding is not None:
+            cause = split_key(finding)[1]
+            triggers = tuple(t for t in triggers if t == cause)
+        seen.avoid(self.seen_dir, triggers)
 
     def _claim_info(self, error: BaseException) -> dict[str, Any]:
         """What the claim stores; ``program`` counts this worker's programs, this one included (1:

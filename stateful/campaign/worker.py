@@ -210,7 +210,7 @@ class Worker:
             key = self.rename(key, shrunk)
             if key is None:
                 continue
-            self.gate.steer_away(shrunk)  # the shrunk failure: the least input that provokes it
+            self.gate.steer_away(shrunk, key)  # the shrunk failure: the least input that provokes it
             program = reported_program(shrunk)
             repro = None
             plain = None
