@@ -17,10 +17,10 @@ from typing import Any
 
 from hypothesis import event
 
-from stateful import checks, steering
+from stateful import causes, checks, steering
 from stateful import strategies as gen
 from stateful.after_turn import run_turn
-from stateful.clauses import fail
+from stateful.clauses import deviate, fail
 from stateful.model import Judgement, describe
 from stateful.waiting import Wait
 from stateful.world import (
@@ -37,7 +37,7 @@ from stateful.world import (
     tool_call,
 )
 
-__all__ = ["type_sends", "run_command", "sync", "poll_screen", "start_repl", "leave_repl", "await_exit",
+__all__ = ["type_sends", "run_command", "sync", "resync", "poll_screen", "start_repl", "leave_repl", "await_exit",
            "UNFINISHED", "finish_unfinished", "FLOOD", "flood", "launch_and_type", "FULL_SCREEN", "full_screen",
            "c_locale_payload", "EXITS", "exit_sends"]
 
@@ -60,12 +60,13 @@ def type_sends(world: World, agent: Agent, ref: PairRef, sends: Sequence[dict[st
 
 
 def poll_screen(world: World, agent: Agent, ref: PairRef, done: Callable[[str], bool], what: str,
-                first: Judgement | None = None, typed: Typed | None = None) -> str:
+                first: Judgement | None = None, typed: Typed | None = None, *, may_go_on: bool = False) -> str | None:
     """Read the pair (large scrollback) until ``done(screen)``; bounded by the poll deadline.
 
     On time-out the failure says what the screen shows about ``typed`` (the command whose effect
     was awaited): a text that did not arrive as written, a line never submitted, or output
-    that never showed."""
+    that never showed. With ``may_go_on``, a text that did not arrive as written, a deviation the
+    run knows, is noted and None returned: the caller resynchronises the program."""
     pending: list[Any] = [first.value] if first is not None else []  # a read made with the sends
     screens: list[str] = []  # the last screen seen
 
@@ -86,9 +87,24 @@ def poll_screen(world: World, agent: Agent, ref: PairRef, done: Callable[[str], 
     clause, cause = "read.output-shows", "it never showed"
     if typed is not None:
         clause, cause = checks.diagnose_typed(screens[0], typed.text, typed.chunks, typed.uid)
-    triggers = steering.text_triggers(typed.chunks) if typed is not None and clause == "send.text-literal" else ()
+        if checks.typed_echo(screens[0], typed.text, typed.uid) is None and world.cfg.big_scrollback > causes.BIG_SCROLLBACK:
+            # The screen does not show the command at all: a server whose big reads show less than they
+            # should (a capped scrollback) would hide it. Looked for once more with a smaller one, so the
+            # diagnosis rests on what the pane holds, not on another deviation of the reads.
+            again = run_turn(world, agent, [[read_call(ref, causes.BIG_SCROLLBACK)]])[0][0].value
+            if isinstance(again, dict) and isinstance(again.get("screen"), str) \
+                    and checks.typed_echo(again["screen"], typed.text, typed.uid) is not None:
+                screens[0] = again["screen"]
+                clause, cause = checks.diagnose_typed(screens[0], typed.text, typed.chunks, typed.uid)
+        tail = "\n".join(f"    | {row}" for row in screens[0].rstrip("\n").split("\n")[-30:])
+    named = causes.text_causes(typed.chunks) if typed is not None and clause == "send.text-literal" else ()
+    triggers = tuple(c for c in named if c in steering.TRIGGERS)
+    if may_go_on and clause == "send.text-literal":
+        deviate(clause, f"{what} not shown in {ref} within {world.waited()}: {cause}",
+                "  last screen (tail):", tail, triggers=triggers, causes=named)
+        return None
     fail(clause, f"{what} not shown in {ref} within {world.waited()}: {cause}",
-         "  last screen (tail):", tail, triggers=triggers)
+         "  last screen (tail):", tail, triggers=triggers, causes=named)
 
 
 def run_command(world: World, agent: Agent, ref: PairRef, shell: Shell, cmd: str, token: str,
@@ -104,12 +120,15 @@ def run_command(world: World, agent: Agent, ref: PairRef, shell: Shell, cmd: str
     first = type_sends(world, agent, ref, sends, deco)
     if first is None:
         fail("send.sent", f"typing into the live {ref} failed (see the outputs above)",
-             triggers=steering.text_triggers(str(s.get("text") or "") for s in sends))
+             triggers=steering.text_triggers(str(s.get("text") or "") for s in sends),
+             causes=causes.text_causes(str(s.get("text") or "") for s in sends))
     uid = token.rsplit("_", 1)[1]
     world.owners[uid] = (agent.index, ref.terminal, ref.session)
     typed = Typed(cmd, tuple(str(s.get("text") or "") for s in sends), uid)
 
     plain = echo_kept and cmd.isascii() and cmd.isprintable()
+    named = causes.text_causes(typed.chunks)
+    lost: list[bool] = []  # a known deviation: the text did not arrive, and the run goes on
 
     def done(screen: str) -> bool:
         for other, other_uid in checks.tokens_in(screen):
@@ -117,11 +136,13 @@ def run_command(world: World, agent: Agent, ref: PairRef, shell: Shell, cmd: str
                 # The program answered, with another digest: the text did not arrive as written.
                 echo = checks.typed_echo(screen, cmd, uid)
                 difference = checks.text_difference(cmd, echo[0], typed.chunks) if echo else None
-                fail("send.text-literal",
-                     f"{ref}: the program computed {other} for the text typed, expected {token}: the text did "
-                     f"not arrive as written" + (f": {difference}" if difference else "")
-                     + f" ({len(cmd)} characters typed in {len(sends)} sends)",
-                     triggers=steering.text_triggers(typed.chunks))
+                deviate("send.text-literal",
+                        f"{ref}: the program computed {other} for the text typed, expected {token}: the text did "
+                        f"not arrive as written" + (f": {difference}" if difference else "")
+                        + f" ({len(cmd)} characters typed in {len(sends)} sends)",
+                        triggers=steering.text_triggers(typed.chunks), causes=named)
+                lost.append(True)
+                return True
         if checks.has_token(screen, token):
             return checks.prompt_follows(screen, token)
         if plain:
@@ -132,13 +153,18 @@ def run_command(world: World, agent: Agent, ref: PairRef, shell: Shell, cmd: str
             echo = checks.typed_echo(screen, cmd, uid, by_uid_only=True)  # this command's echo, no other
             if echo is not None and echo[1] and not cmd.startswith(echo[0]):
                 difference = checks.text_difference(cmd, echo[0], typed.chunks)
-                fail("send.text-literal", f"{what} output {token} will not show in {ref}: the text did not arrive "
-                                          f"as written: {difference}; the program went on without it",
-                     "  screen (tail):", *(f"    | {row}" for row in screen.rstrip("\n").split("\n")[-8:]),
-                     triggers=steering.text_triggers(typed.chunks))
+                deviate("send.text-literal", f"{what} output {token} will not show in {ref}: the text did not "
+                                             f"arrive as written: {difference}; the program went on without it",
+                        "  screen (tail):", *(f"    | {row}" for row in screen.rstrip("\n").split("\n")[-8:]),
+                        triggers=steering.text_triggers(typed.chunks), causes=named)
+                lost.append(True)
+                return True
         return False
 
-    poll_screen(world, agent, ref, done, f"{what} output {token}", first, typed if echo_kept else None)
+    if poll_screen(world, agent, ref, done, f"{what} output {token}", first, typed if echo_kept else None,
+                   may_go_on=True) is None or lost:
+        resync(world, agent, ref, shell)
+        return
     shell.rows += 2 * (len(cmd) // 70 + 2) + cmd.count("\n") * 2
     shell.markers.append((token, shell.rows))
     shell.ready = True
@@ -151,6 +177,19 @@ def sync(world: World, agent: Agent, ref: PairRef, shell: Shell) -> None:
     uid = checks.new_uid()
     cmd, token = checks.shell_marker(uid) if shell.mode == "shell" else checks.python_marker(uid)
     run_command(world, agent, ref, shell, cmd, token, gen.SendPlan(), gen.Decoration(), "sync")
+
+
+def resync(world: World, agent: Agent, ref: PairRef, shell: Shell) -> None:
+    """After a text that did not arrive as written (a known deviation), the program's state is
+    unknown: interrupt whatever it waits for (an unclosed quote, a half-typed command), wait for the
+    prompt that follows the interrupt, then a plain marker (:func:`sync`)."""
+    event("send: resynchronised after a known deviation")
+    before = checks.interrupts(run_turn(world, agent, [[read_call(ref, world.cfg.big_scrollback)]])[0][0].value["screen"])
+    type_sends(world, agent, ref, [{"keys": "C-c"}], gen.Decoration(), read_after=False)
+    shell.ready = False
+    shell.rows += 2
+    poll_screen(world, agent, ref, lambda s: checks.prompt_after_interrupt(s, before), "prompt after C-c")
+    sync(world, agent, ref, shell)
 
 
 def start_repl(world: World, agent: Agent, ref: PairRef, shell: Shell) -> None:
