@@ -158,3 +158,20 @@ def call(tool_context: ToolContext) -> Callable[..., Any]:
 
 # The HTTP stack fixtures (live_server, http_client, ...) come from the stateful.e2e plugin, which the
 # top-level conftest.py loads.
+
+
+# ---------------------------------------------------------------------------------------------
+# Tiers: `./dev tests` runs `-m "not proof"`, `./dev proofs` runs `-m proof` (README, pyproject.toml)
+
+PROOF_FIXTURES = frozenset({"hunter", "ci_run"})
+"""Fixtures that start a proof's long work: the fault hunts, all at once (test_faults.py), the machine on
+ci programs (test_conversation.py). A test that uses one is a proof."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test that needs a proof's long work but is not marked ``proof`` would make the fast tier wait for
+    it (the fault hunts: some 15 minutes): refused at collection, naming it."""
+    unmarked = [item.nodeid for item in items if PROOF_FIXTURES & set(getattr(item, "fixturenames", ()))
+                and item.get_closest_marker("proof") is None]
+    if unmarked:
+        raise pytest.UsageError(f"tests that use {sorted(PROOF_FIXTURES)} must be marked @pytest.mark.proof: {unmarked}")

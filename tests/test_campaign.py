@@ -223,6 +223,7 @@ def _junit(directory: Path) -> dict[str, str]:
     return outcomes
 
 
+@pytest.mark.proof
 def test_a_campaign_finds_each_planted_bug_once_writes_its_repro_and_keeps_going(
         run_root: Path, tmp_path: Path, record_property: Callable[[str, object], None]) -> None:
     budget, shrink = 70, 8
@@ -272,6 +273,7 @@ def test_a_campaign_finds_each_planted_bug_once_writes_its_repro_and_keeps_going
     assert "## Steered away from" in md and "`bool-scrollback`" in md
 
 
+@pytest.mark.proof
 def test_allowed_clauses_are_counted_as_known_and_the_campaign_passes(run_root: Path, tmp_path: Path) -> None:
     report_dir = tmp_path / "report"
     allow = [arg for clause in [*FAULTS.values(), *CONSEQUENCES] for arg in ("--allow", clause)]
@@ -288,6 +290,7 @@ def test_allowed_clauses_are_counted_as_known_and_the_campaign_passes(run_root: 
     assert "no clause failed outside the allowed ones" in result.stdout
 
 
+@pytest.mark.proof
 def test_a_campaign_with_a_small_conversation_budget_runs_to_its_end_on_the_correct_stack(
         run_root: Path, tmp_path: Path) -> None:
     """Issue 27: each agent session's conversation is kept under the budget (fresh sessions, small
@@ -396,6 +399,7 @@ def _searching(root: Path) -> dict[int, str]:
     return found if len(workers) == 2 and servers else {}
 
 
+@pytest.mark.proof
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_campaign_ended_by_a_signal_reports_and_leaves_nothing_behind(
         signum: int, run_root: Path, tmp_path: Path) -> None:
@@ -462,6 +466,7 @@ def test_the_run_directory_is_removed_on_every_path(
     assert made and not made[0].exists()
 
 
+@pytest.mark.proof
 def test_a_failure_saved_in_redis_is_replayed_first_by_the_next_campaign(
         run_root: Path, tmp_path: Path, redis_url: str) -> None:
     import redis

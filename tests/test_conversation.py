@@ -71,6 +71,7 @@ def ci_run() -> Iterator[tuple[meter.Meter, int, str]]:
     yield totals, moved[0], failure
 
 
+@pytest.mark.proof
 def test_ci_programs_stay_under_a_small_budget_by_moving_on_to_fresh_sessions(
         ci_run: tuple[meter.Meter, int, str]) -> None:
     totals, moved, failure = ci_run
@@ -83,6 +84,7 @@ def test_ci_programs_stay_under_a_small_budget_by_moving_on_to_fresh_sessions(
     assert 0 < largest <= SMALL_BUDGET, f"the mock received a model request of {largest} bytes; {totals.largest}"
 
 
+@pytest.mark.proof
 def test_the_machine_counts_at_least_what_the_server_sends(ci_run: tuple[meter.Meter, int, str]) -> None:
     """The count is an upper bound of the real requests (the mock measures their bodies)."""
     totals, _, _ = ci_run

@@ -458,6 +458,7 @@ def test_every_fault_is_hunted_or_a_known_gap() -> None:
     assert not odd, f"replayed faults whose hunts do not accept the clauses their replays break: {odd}"
 
 
+@pytest.mark.proof
 @pytest.mark.parametrize("plant", PLANTS, ids=lambda p: p.fault)
 def test_machine_finds_fault(plant: Plant, hunter: Hunter, record_property: Any) -> None:
     result, wall, log = hunter.result(plant.key)
@@ -485,6 +486,7 @@ def stateful_imports(source: str) -> list[str]:
     return found
 
 
+@pytest.mark.proof
 @pytest.mark.parametrize("plant", [*SESSIONS_PLANTS, *PLAIN_REPLAYS], ids=lambda p: p.key)
 def test_plain_repro_of_a_sessions_fault(plant: Plant, hunter: Hunter) -> None:
     """The hunt (or, for a fault hunted on the direct target, the replay of its short program on the
@@ -510,6 +512,7 @@ def test_plain_repro_of_a_sessions_fault(plant: Plant, hunter: Hunter) -> None:
     assert correct == ["FIXED", ""], (correct, source)
 
 
+@pytest.mark.proof
 def test_replay_says_which_plain_repros_are_fixed(hunter: Hunter, tmp_path: Path) -> None:
     """``python -m stateful replay DIR --prune`` on the plain repros of two sessions faults with one
     of them switched on: that one STILL FAILING for its clause, the other FIXED (and deleted)."""
@@ -542,6 +545,7 @@ SECTION6_TIMEOUT = 300.0
 """Longest one run of the repro in that suite may take (its turns are bounded by the repro's own timeouts)."""
 
 
+@pytest.mark.proof
 def test_plain_repro_runs_under_a_section6_conftest(hunter: Hunter, terminal_leak_guard: str, tmp_path: Path) -> None:
     """A plain repro dropped as it is into a suite that has only a §6 conftest of its own (which writes
     ``mock_llm_base_url`` as given: the repro must pass the mock's ``/v1`` URL itself) fails against a
@@ -577,6 +581,7 @@ def test_plain_repro_runs_under_a_section6_conftest(hunter: Hunter, terminal_lea
     assert correct.returncode == 0 and "1 passed" in correct.stdout, shown["correct"]
 
 
+@pytest.mark.proof
 def test_control_without_fault_passes(hunter: Hunter) -> None:
     result, _wall, log = hunter.result(CONTROL.key)
     assert not result.found, f"{result.error_type}: {result.message}\n" + "\n".join(result.program) + log

@@ -120,6 +120,7 @@ def test_pytest_pyargs_runs_the_machine_on_the_suites_fixtures(tmp_path: Path) -
 
 # -- the wheel, installed outside the repository ---------------------------------------------------------
 
+@pytest.mark.proof  # slow: a wheel built and installed (the proofs tier)
 @pytest.mark.install
 def test_a_wheel_installed_in_a_fresh_venv_runs_a_campaign_from_anywhere(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"

@@ -125,7 +125,7 @@ def test_no_job_or_an_unknown_one_is_a_usage_error_that_builds_nothing(tmp_path:
     assert bare.returncode == 2 and bare.stderr.startswith("usage: ./dev JOB") and bare.stdout == ""
     unknown = run(["bash", str(copy), "nosuch"], cwd=tmp_path, timeout=10)
     assert unknown.returncode == 2
-    assert said(unknown) == ["dev: unknown job 'nosuch' (machine, tests, replay, serve, campaign, bench or help)"]
+    assert said(unknown) == ["dev: unknown job 'nosuch' (machine, tests, proofs, replay, serve, campaign, bench or help)"]
     assert not (tmp_path / ".venv").exists()
 
 
@@ -147,6 +147,16 @@ def test_a_path_given_to_dev_machine_replaces_stateful() -> None:
     result = run([str(DEV), "machine", "stateful/test_machine.py::test_direct", "--collect-only", "-q"])
     assert result.returncode == 0, result.stdout + result.stderr
     assert collected(result) == ["stateful/test_machine.py::test_direct"]
+
+
+def test_dev_tests_leaves_the_proofs_to_dev_proofs() -> None:
+    """The two tiers split a file between them: the hunts only in ``./dev proofs``, its fast checks only
+    in ``./dev tests``."""
+    faults = "tests/test_faults.py"
+    fast, proofs = (collected(run([str(DEV), job, faults, "--collect-only", "-q"], timeout=120)) for job in ("tests", "proofs"))
+    assert fast == [f"{faults}::test_every_fault_is_hunted_or_a_known_gap"], fast
+    assert proofs and not set(proofs) & set(fast), proofs
+    assert f"{faults}::test_control_without_fault_passes" in proofs, proofs
 
 
 def test_an_option_value_is_not_taken_for_a_path() -> None:
