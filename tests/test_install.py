@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from stateful.clauses import CLAUSES
+
 ROOT = Path(__file__).resolve().parent.parent
 SECTION6_CONFTEST = Path(__file__).with_name("section6_conftest.py")
 DISTRIBUTION = "agent-terminal-conformance"
@@ -153,6 +155,8 @@ def test_a_wheel_installed_in_a_fresh_venv_runs_a_campaign_from_anywhere(tmp_pat
     assert campaign.returncode == 0, campaign.stdout + campaign.stderr
     report = json.loads((elsewhere / "R" / "report.json").read_text(encoding="utf-8"))
     assert report["programs"] > 0, report
+    assert {c["id"] for c in report["clauses"]} == set(CLAUSES)  # a verdict per clause
+    assert (elsewhere / "R" / "report.html").read_text(encoding="utf-8").lstrip().lower().startswith("<!doctype html")
     defaults = run([str(python), "-c", "from stateful.campaign.options import DEFAULT_DB, DEFAULT_REPROS; "
                     "print(DEFAULT_DB); print(DEFAULT_REPROS)"], cwd=elsewhere, env=env)
     # what a checkout keeps in the project goes beside the user, not into site-packages
