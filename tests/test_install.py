@@ -102,7 +102,9 @@ def test_the_suites_own_tests_run_beside_the_plugin(tmp_path: Path) -> None:
         "    assert request.config.getoption('--profile') == 'p1'\n"
         "    assert settings().max_examples == 100 and settings().deadline is not None\n",
         encoding="utf-8")
-    result = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--profile", "p1"], cwd=suite)
+    # without CI: where CI is set, Hypothesis itself loads its "ci" profile (no deadline), not this plugin
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    result = run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--profile", "p1"], cwd=suite, env=env)
     assert result.returncode == 0 and "1 passed" in result.stdout, result.stdout + result.stderr
 
 
