@@ -201,8 +201,8 @@ def test_two_joined_processes_make_one_campaign_each_fault_claimed_once(
     found = [f["clause"] for f in data["failures"]]
     assert sorted(found) == sorted(FAULTS.values()), data["failures"]  # every finding once, no false alarm
     log = _claims_log(redis_url, "two")
-    keys = [e["key"] for e in log]  # clause@cause
-    assert len(set(keys)) == len(keys) and sorted(k.split("@")[0] for k in keys) == sorted(FAULTS.values()), log
+    keys = [e["key"] for e in log]  # clause@cause; a claim moves to the key its shrunk program names (issue 23)
+    assert len(set(keys)) == len(keys) and {k.split("@")[0] for k in keys} == set(FAULTS.values()), log
     owners = {p["owner"] for p in data["campaign"]["processes"]}
     assert len(owners) == 2 and {p["status"] for p in data["campaign"]["processes"]} == {"done"}
     assert all(f["process"] in owners and f["host"] and f["worker"] == 0 for f in data["failures"])
