@@ -185,7 +185,7 @@ def _claims_log(url: str, name: str) -> list[dict[str, Any]]:
 @pytest.mark.proof
 def test_two_joined_processes_make_one_campaign_each_fault_claimed_once(
         run_root: Path, tmp_path: Path, redis_url: str) -> None:
-    budget = 90  # one worker per process: 70 s (test_campaign's budget for 2 workers) missed a fault once under load
+    budget = 150  # one worker per process; 70 and 90 s each missed a fault under load (search luck, or issue 26's note)
     faults = {"STATEFUL_FAULTS": ",".join(FAULTS)}
     common = ["--join", redis_url, "--campaign", "two", "--target", "direct", "--budget", f"{budget}s",
               "--workers", "1", "--shrink-budget", "8", "--db", str(tmp_path / "db"), "--quiet"]
