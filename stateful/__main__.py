@@ -89,7 +89,8 @@ def list_clauses(args: argparse.Namespace) -> int:
     """Every clause id with its section and rule: the names violations, repros and reports use."""
     from stateful.clauses import CLAUSES
 
-    lines = [json.dumps({"id": c.id, "section": c.section, "rule": c.rule, "exception": c.violation.__name__})
+    lines = [json.dumps({"id": c.id, "section": c.section, "rule": c.rule, "exception": c.violation.__name__,
+                                    "goes_on": bool(c.goes_on), "goes_on_how": c.goes_on})
              if args.json else f"{c.id:<26} {c.section:<10} {c.rule}" for c in CLAUSES.values()]
     try:
         sys.stdout.write("\n".join(lines) + "\n")

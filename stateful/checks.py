@@ -96,6 +96,15 @@ def prompt_follows(screen: str, token: str) -> bool:
     return at is not None and any(row.strip() for row in rows[at + 1:])
 
 
+def text_follows(screen: str, needle: str) -> bool:
+    """Whether anything but blanks follows the last ``needle`` on the screen, read with the row breaks
+    taken out: a row of exactly the pane's width may have wrapped (inside ``needle`` too) or just
+    ended there, and either way what comes after it (the next prompt) counts."""
+    text = "".join(_rows(screen))
+    at = text.rfind(needle)
+    return at >= 0 and bool(text[at + len(needle):].strip())
+
+
 def last_row(screen: str) -> str:
     """The last non-blank row, right-stripped ('' for a blank screen)."""
     for row in reversed(_rows(screen)):
@@ -277,7 +286,14 @@ def text_difference(typed: str, echoed: str, chunks: Sequence[str] = ()) -> str 
 
 def diagnose_typed(screen: str, typed: str, chunks: Sequence[str], uid: str | None) -> tuple[str, str]:
     """(clause, explanation) for a command whose output never showed: the text did not arrive as
-    written, or it arrived but was never submitted, or it ran and its output did not show."""
+    written, or it arrived but was never submitted, or it ran and its output did not show.
+
+    The command's own output (a token of its marker id) on the screen says it arrived and ran: what
+    never showed is the prompt after it. That is never taken for an echo (the output row carries the
+    marker id too, and read as an echo it would look like a text that lost its start)."""
+    if uid and any(u == uid for _, u in tokens_in(screen)):
+        return "read.output-shows", (f"the command {_quoted(typed)} ran and its output showed, but no row "
+                                     "(the program's next prompt) ever followed it")
     found = typed_echo(screen, typed, uid)
     if found is None:
         return "read.output-shows", f"the screen does not show the command {_quoted(typed)} that was typed"

@@ -7,15 +7,25 @@ The message of a violation starts with one plain line: the clause id, then what 
 contract expected and what came back; details follow on the next lines.
 
 ``python -m stateful clauses`` lists them.
+
+A clause whose check knows how to keep the model exact past a violation says so (``goes_on``): in a
+run that knows the failure already (a campaign's allowed and claimed findings, ``pytest stateful/
+--allow``), such a check records the deviation (:func:`deviate`) and the program goes on; every other
+violation ends the program as it always did.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import NoReturn
 
-__all__ = ["CLAUSES", "Clause", "ContractViolation", "clause", "violation", "fail", "clause_of"]
+from stateful import causes as causes_
+
+__all__ = ["CLAUSES", "Clause", "ContractViolation", "Deviations", "clause", "violation", "fail", "clause_of",
+           "deviate", "know", "deviations", "GOES_ON"]
 
 
 class ContractViolation(AssertionError):
@@ -26,6 +36,14 @@ class ContractViolation(AssertionError):
     triggers: tuple[str, ...] = ()
     """The inputs that provoked it, where one did (:mod:`stateful.steering`): a campaign that knows
     this violation stops drawing them."""
+    causes: tuple[str, ...] = ()
+    """What its program needs to fail (:mod:`stateful.causes`, the triggers among them): with the
+    clause, the failure's identity (:meth:`key`)."""
+
+    @property
+    def key(self) -> str:
+        """The finding this violation is: its clause, and its primary cause if it names one."""
+        return causes_.finding_key(self.clause, self.causes)
 
 
 @dataclass(frozen=True)
@@ -34,6 +52,8 @@ class Clause:
     section: str
     rule: str
     violation: type[ContractViolation]
+    goes_on: str = ""
+    """How a program goes on past a known violation of it ("": it cannot, the program ends)."""
 
 
 CLAUSES: dict[str, Clause] = {}
@@ -119,18 +139,38 @@ _clause("events.ids", "§2.4", "a resource id is terminal_<safe(name)>_<safe(key
 _clause("events.unique-ids", "§2.4", "two live terminals of a session never share a resource id")
 
 
+GOES_ON: dict[str, str] = {
+    "read.rows-exact": "the row count is not part of the model's state: noted, the read's screen is used as it is "
+                       "(past a read over 1000, the read of 1000 made to tell its cause is judged in its place)",
+    "read.visible": "what a screen shows is not part of the model's state: noted, the program goes on",
+    "read.history": "what a screen shows is not part of the model's state: noted, the program goes on",
+    "screen.isolation": "noted; the pair that showed another's marker is checked as before",
+    "view.terminals": "the second view is not part of the model's state: noted, the rest checked as usual",
+    "send.text-literal": "the shell's state is unknown: it is resynchronised (interrupted, a fresh marker "
+                         "awaited), or the pair is closed and launched again",
+}
+"""The clauses a program can go on past once their violation is known, and how (docs/campaigns.md)."""
+for _id, _how in GOES_ON.items():
+    CLAUSES[_id] = Clause(CLAUSES[_id].id, CLAUSES[_id].section, CLAUSES[_id].rule, CLAUSES[_id].violation, _how)
+
+
 def clause(clause_id: str) -> Clause:
     """The clause named ``clause_id`` (a typo is a programming error)."""
     return CLAUSES[clause_id]
 
 
-def violation(clause_id: str, headline: str, *details: str, triggers: tuple[str, ...] = ()) -> ContractViolation:
-    """The violation of ``clause_id``: ``"<id>: <headline>"`` on the first line, then ``details``."""
+def violation(clause_id: str, headline: str, *details: str, triggers: tuple[str, ...] = (),
+              causes: Iterable[str] = ()) -> ContractViolation:
+    """The violation of ``clause_id``: ``"<id>: <headline>"`` on the first line, then ``details``;
+    its causes are ``causes`` and ``triggers``."""
     kind = CLAUSES[clause_id].violation
     first = " ".join(headline.split("\n"))
     error = kind("\n".join([f"{clause_id}: {first}", *details]))
     if triggers:
         error.triggers = tuple(triggers)
+    named = causes_.ordered({*causes, *triggers})
+    if named:
+        error.causes = named
     return error
 
 
@@ -139,9 +179,63 @@ def clause_of(error: BaseException) -> str | None:
     return getattr(error, "clause", None) or None if isinstance(error, ContractViolation) else None
 
 
-def fail(clause_id: str, headline: str, *details: str, triggers: tuple[str, ...] = ()) -> NoReturn:
+def fail(clause_id: str, headline: str, *details: str, triggers: tuple[str, ...] = (),
+         causes: Iterable[str] = ()) -> NoReturn:
     """Raise the violation of ``clause_id``. Every violation is raised by this one line (and never
     while another exception is being handled), so that Hypothesis, which tells failures apart by
     exception type and raise site, tells them apart by clause alone: the same bug seen by two
     checks is one failure, and a replay that meets it elsewhere is not "inconsistent"."""
-    raise violation(clause_id, headline, *details, triggers=triggers)
+    raise violation(clause_id, headline, *details, triggers=triggers, causes=causes)
+
+
+@dataclass
+class Deviations:
+    """What one run knows already, and the known violations it went on past."""
+
+    allowed: frozenset[str] = frozenset()
+    """Clause ids known whatever the cause (``--allow``, a deviations file)."""
+    findings: frozenset[str] = frozenset()
+    """Finding keys known (claimed in a campaign): ``clause`` or ``clause@cause``."""
+    met: Counter[str] = field(default_factory=Counter)
+    """Per clause id (allowed) or finding key (claimed): how often a program went on past it."""
+    examples: dict[str, ContractViolation] = field(default_factory=dict)
+    """The first violation of each, for the report."""
+
+    def gone_past(self, clause_id: str) -> int:
+        """How often the run went past a violation of ``clause_id`` (whatever its cause)."""
+        return sum(n for key, n in self.met.items() if causes_.split_key(key)[0] == clause_id)
+
+    def known(self, error: ContractViolation) -> str | None:
+        """The allowed clause or known finding ``error`` is (None: it is new)."""
+        if error.clause in self.allowed:
+            return error.clause
+        return causes_.known_by(error.clause, error.causes, self.findings)
+
+
+_run = Deviations()
+
+
+def know(allowed: Iterable[str] = (), findings: Iterable[str] = ()) -> None:
+    """Set what the run knows from now on, and start counting afresh (a campaign's gate before
+    each program; ``pytest stateful/ --allow`` once)."""
+    global _run
+    _run = Deviations(frozenset(allowed), frozenset(findings))
+
+
+def deviations() -> Deviations:
+    """What the run knows, and what it went on past since :func:`know`."""
+    return _run
+
+
+def deviate(clause_id: str, headline: str, *details: str, triggers: tuple[str, ...] = (),
+            causes: Iterable[str] = ()) -> None:
+    """:func:`fail`, unless the run knows this violation already: then it is recorded (counted,
+    the first kept) and this returns, and the caller goes on as ``CLAUSES[clause_id].goes_on``
+    says. Only checks that know how to keep the model exact past the violation call this."""
+    assert CLAUSES[clause_id].goes_on, f"{clause_id} declares no way to go on"
+    error = violation(clause_id, headline, *details, triggers=triggers, causes=causes)
+    key = _run.known(error)
+    if key is None:
+        fail(clause_id, headline, *details, triggers=triggers, causes=causes)
+    _run.met[key] += 1
+    _run.examples.setdefault(key, error)

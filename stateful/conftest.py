@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
+from stateful import clauses
 from stateful.arguments import conversation_budget, seconds
 from stateful.locations import HYPOTHESIS_INI, default_repro_dir, work_root
 from stateful.machine import MachineConfig
@@ -109,6 +110,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--plain-conftest", default="tests.e2e.conftest", metavar="MODULE",
                     help="the module a plain repro (sessions target) imports the §6 helpers and fixtures from "
                          "(default tests.e2e.conftest)")
+    group.addoption("--allow", action="append", default=[], metavar="CLAUSE",
+                    help="a clause whose violations are known (repeatable): where its check can go on past one "
+                         "(python -m stateful clauses --json: goes_on), the program notes it and goes on")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -119,6 +123,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if chosen not in TARGETS:
         raise pytest.UsageError(f"unknown --target {chosen!r}; known: {', '.join(TARGETS)}")
     given_budget(config)
+    allowed = config.getoption("--allow")
+    unknown = [c for c in allowed if c not in clauses.CLAUSES]
+    if unknown:
+        raise pytest.UsageError(f"unknown clause {unknown[0]!r} for --allow (python -m stateful clauses lists them)")
+    clauses.know(allowed)
 
 
 def given_budget(config: pytest.Config) -> int | None:
@@ -128,6 +137,13 @@ def given_budget(config: pytest.Config) -> int | None:
         return None if text is None else conversation_budget(text)
     except argparse.ArgumentTypeError as exc:
         raise pytest.UsageError(f"--conversation-budget: {exc}") from None
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The known deviations the programs went on past (``--allow``), so that a green run says so."""
+    met = clauses.deviations()
+    for key, count in sorted(met.met.items()):
+        terminalreporter.write_line(f"known deviation gone past {count} times: {str(met.examples[key]).splitlines()[0]}")
 
 
 def current_profile() -> str:
@@ -220,10 +236,19 @@ def repro_machine(request: pytest.FixtureRequest, machine_config: MachineConfig)
     from stateful.machine import TerminalMachine
     from stateful.minimize import run_once
 
-    def replay(target_name: str, program: Callable[[Any], None]) -> None:
+    def replay(target_name: str, program: Callable[[Any], None], finding: str | None = None) -> None:
+        """``finding``: the key the repro was written for (clause@cause); the failure says which
+        finding it is now, and whether that is another cause of the clause than the repro's."""
         target = request.getfixturevalue(f"{target_name}_target")
         machine = type(f"Repro{target_name.title()}Machine", (TerminalMachine,), {})
         machine.bind(target, machine_config)
-        run_once(machine, program)
+        try:
+            run_once(machine, program)
+        except clauses.ContractViolation as violation:
+            if finding is not None:
+                violation.add_note(f"finding: {violation.key}" + ("" if violation.key == finding else
+                                   f" (this repro was written for {finding}: the program now breaks its clause "
+                                   "by another cause, so it fails for both)"))
+            raise
 
     return replay

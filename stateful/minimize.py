@@ -236,7 +236,8 @@ def shorter_failure(machine: type, failure: BaseException, max_replays: int | No
     """``failure`` (a contract violation whose notes hold the program that raised it), or the failure
     of a shorter program that breaks the same clause, found by :func:`drop_steps` with replays of
     ``machine`` (bound to the target that failed; at most 3 per step (times ``tries``) by default, and none after
-    ``deadline``, a ``time.time()``: a campaign's budget includes this pass). Its notes say how
+    ``deadline``, a ``time.time()``: a campaign's budget includes this pass); the same finding,
+    clause and cause (:mod:`stateful.causes`). Its notes say how
     many steps were dropped. With ``tries`` > 1 (a race, which fails when the timing lets it) a
     shorter program counts as failing when one of up to ``tries`` replays of it breaks the clause
     (each is one replay of ``max_replays``)."""
@@ -256,7 +257,10 @@ def shorter_failure(machine: type, failure: BaseException, max_replays: int | No
                 return False
             budget[0] -= 1
             replayed = replay_program(machine, candidate)
-            if replayed is not None and clause_of(replayed) == clause:
+            # the same finding: its clause and its cause (a shorter program that breaks the clause by
+            # another cause is another finding, stateful/causes.py)
+            if replayed is not None and clause_of(replayed) == clause and \
+                    getattr(replayed, "key", None) == getattr(failure, "key", None):
                 found[:] = [replayed]
                 return True
             if isinstance(replayed, PreconditionUnmet):

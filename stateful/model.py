@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any, NoReturn
 
-from stateful import steering
+from stateful import causes, steering
 from stateful.clauses import ContractViolation, fail
 
 __all__ = [
@@ -265,7 +265,15 @@ def _fail(clause_id: str, call: Call, output: str, why: str, model: SessionModel
     if model is not None:
         details.append(f"  model:  {describe(model)}")
     fail(clause_id, f"{call!r} -> {_short(output, 160)}: {why}", *details,
-         triggers=steering.call_triggers(clause_id, call.tool, call.arguments))
+         triggers=steering.call_triggers(clause_id, call.tool, call.arguments),
+         causes=(*causes.call_causes(clause_id, call.tool, call.arguments), *_pair_causes(call, model)))
+
+
+def _pair_causes(call: Call, model: SessionModel | None) -> tuple[str, ...]:
+    """``exited-pair`` when the call addresses a pair the model knows was told to exit or is dead."""
+    key = addressed_pair(call)
+    pair = model.pair(*key) if model is not None and key is not None else None
+    return ("exited-pair",) if pair is not None and pair.life is not Life.ALIVE else ()
 
 
 def describe(model: SessionModel) -> str:
@@ -698,7 +706,8 @@ def judge_step(model: SessionModel, calls: Sequence[Call], outputs: Sequence[str
                       else ())
             fail(clause, f"{UNEXPLAINED_ORDER} {len(calls)} concurrent calls explains their outputs; "
                          f"the order that explains most of them breaks here: {first.removeprefix(clause + ': ')}",
-                 *details, triggers=tuple(sorted({*explained.error.triggers, *copies})))
+                 *details, triggers=tuple(sorted({*explained.error.triggers, *copies})),
+                 causes=(*explained.error.causes, "several-calls"))
         for i, j in explained.items():
             found[i] = j
             m = j.model

@@ -42,6 +42,8 @@ SUMMARY = re.compile(r"(\d+) (passed|failed|skipped|xfailed|xpassed|errors?)\b")
 SKIP_REASON = re.compile(r"^SKIPPED \[\d+\] [^:]+:\d+: (.*)$", re.MULTILINE)
 """A skip's reason as ``-rs`` shows it (``SKIPPED [1] test_x.py:7: needs tmux``)."""
 """pytest's line naming the exception (``E   SyntaxError: ...``)."""
+FINDING = re.compile(r"^(?:E\s+)?finding: (\S+)(?: \(this repro was written for (\S+?):)?", re.MULTILINE)
+"""The note a repro that names its finding adds to its failure (stateful/conftest.py repro_machine)."""
 TIMEOUT = 900.0
 """Longest one repro may run (its process group is ended then)."""
 EXIT_USAGE = 2
@@ -148,7 +150,10 @@ def run_repro(path: Path, server: Sequence[str] = (), *, env: Mapping[str, str] 
         return Verdict(path, "FIXED", "", seconds) if skipped is None else Verdict(path, "SKIPPED", skipped, seconds)
     clause = clause_in(output) if code == 1 else None
     if clause is not None:
-        return Verdict(path, "STILL FAILING", clause, seconds)
+        finding = FINDING.search(output)  # a repro that names its finding (clause@cause) says which it is now
+        detail = clause if finding is None else finding.group(1) + (
+            f" (written for {finding.group(2)}: it fails for both)" if finding.group(2) else "")
+        return Verdict(path, "STILL FAILING", detail, seconds)
     if code == 1:
         return Verdict(path, "ERROR", f"failed without naming a clause: {_reason(output, code)}", seconds)
     return Verdict(path, "ERROR", _reason(output, code), seconds)

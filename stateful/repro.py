@@ -168,6 +168,9 @@ def render_repro(target: str, program: list[str], failure: BaseException) -> str
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     summary = textwrap.indent(_summary(failure).replace('"""', "'''").replace("\\", "\\\\"), "    ")
     steps = textwrap.indent("\n".join(body) or "pass", "        ")
+    key = getattr(failure, "key", None) if clause_of(failure) else None
+    finding_line = f"\nFINDING = {key!r}  # its clause and cause (docs/campaigns.md)" if key else ""
+    finding_arg = ", finding=FINDING" if key else ""
     return f'''"""A contract violation found by `pytest stateful/` on {stamp} (target: {target}).
 
 Hypothesis shrank the failing program to the steps below; replaying it broke the contract so:
@@ -183,23 +186,24 @@ It fails while the bug is there and passes once it is fixed: keep it as a regres
 
 from stateful.repro import *  # noqa: F403 (the argument types the program's values print as)
 
-TARGET = {target!r}
+TARGET = {target!r}{finding_line}
 
 
 def test_repro(repro_machine):
     def program(state):
 {steps}
 
-    repro_machine(TARGET, program)
+    repro_machine(TARGET, program{finding_arg})
 '''
 
 
 def write_repro(directory: Path, target: str, failure: BaseException) -> Path:
     """Write the repro of ``failure`` into ``directory`` (created if missing), named by the clause it
-    breaks and its digest: ``test_repro_<target>_<clause>_<digest>.py`` (the clause's dots and dashes
-    as underscores; no clause part for a failure that names none)."""
+    breaks, its cause and its digest: ``test_repro_<target>_<clause>[_<cause>]_<digest>.py`` (the
+    finding's key, :mod:`stateful.causes`, with its dots, dashes and ``@`` as underscores; no clause
+    part for a failure that names none)."""
     program = reported_program(failure)
-    clause = clause_of(failure)
+    clause = clause_of(failure) and getattr(failure, "key", None)
     part = re.sub(r"\W", "_", clause) + "_" if clause else ""
     text = render_repro(target, program, failure)
     digest = hashlib.sha256("\n".join([target, *program]).encode()).hexdigest()[:10]

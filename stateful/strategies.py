@@ -42,7 +42,14 @@ __all__ = [
     "scrollbacks",
     "bad_calls",
     "encode",
+    "extra_keys",
     "split_command",
+    "text_kinds",
+    "TOOL_KEYS",
+    "CONTRACT_VOCABULARY",
+    "KEY_NAME_TEXTS",
+    "TMUX_SYNTAX_TEXTS",
+    "UNICODE_TEXTS",
 ]
 
 class OneLine:
@@ -54,7 +61,20 @@ class OneLine:
 
 
 NAMED_KEYS = frozenset({"terminal", "session", "text", "keys", "scrollback", "cwd", "sandbox"})
-"""Argument names the contract gives a meaning; extra keys are drawn outside this set."""
+"""Argument names the contract gives a meaning (to one tool or another)."""
+TOOL_KEYS: dict[str, frozenset[str]] = {
+    "sys_terminal_launch": frozenset({"terminal", "session", "cwd", "sandbox"}),
+    "sys_terminal_send": frozenset({"terminal", "session", "text", "keys"}),
+    "sys_terminal_read": frozenset({"terminal", "session", "scrollback"}),
+    "sys_terminal_list": frozenset(),
+    "sys_terminal_close": frozenset({"terminal", "session"}),
+}
+"""The argument keys each tool names (§1): an extra key is one its tool does not name, so another
+tool's argument (``text`` on a read, ``terminal`` on a list) is an extra key there."""
+CONTRACT_VOCABULARY = ("terminal", "session", "cwd", "sandbox", "text", "keys", "scrollback", "tmux_socket",
+                       "has_os_env", "status", "screen", "scrollback_lines", "command", "running", "error")
+"""Every field name §1 uses in its arguments, outputs and errors: the extra keys a server that
+confuses an argument with a field of its own answers (or with another tool's argument) breaks on."""
 
 NAME_POOL = (
     "main", "a b", "a:b", "a.b", "a;b", "a_b", "a", "ab", "-x", "-", "--help", "#{session_name}",
@@ -106,7 +126,7 @@ def undeclared_terminals() -> st.SearchStrategy[str]:
 
 _EXTRA_NAMES = ("Terminal", "SESSION", "session ", "text2", "Keys", "scroll_back", "cmd", "command",
                 "args", "env", "id", "__proto__", "constructor", "", " ", "é", "timeout", "wait",
-                "literal", "-l", "#{pane_id}", "enter", "status", "tmux_socket")
+                "literal", "-l", "#{pane_id}", "enter")
 _json_leaf = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**6), st.text(max_size=8))
 _json_values = st.recursive(_json_leaf, lambda inner: st.one_of(
     st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=4), inner, max_size=3)), max_leaves=5)
@@ -130,15 +150,22 @@ class Decoration(OneLine):
 
 @st.composite
 def decorations(draw: st.DrawFn) -> Decoration:
-    extra_names = st.one_of(st.sampled_from(_EXTRA_NAMES), st.text(max_size=8)).filter(lambda k: k not in NAMED_KEYS)
+    extra_names = st.one_of(st.sampled_from(_EXTRA_NAMES), st.sampled_from(CONTRACT_VOCABULARY), st.text(max_size=8))
     extra = draw(st.lists(st.tuples(extra_names, _json_values), max_size=3, unique_by=lambda kv: kv[0]))
     return Decoration(tuple(extra), draw(st.booleans()), draw(st.booleans()), draw(st.integers(0, 5)))
 
 
-def encode(args: dict[str, Any], deco: Decoration = Decoration()) -> str:
-    """The JSON text of ``args`` plus the decoration's extra keys, in a drawn key order and layout."""
+def extra_keys(deco: Decoration, tool: str | None = None) -> tuple[tuple[str, Any], ...]:
+    """The decoration's keys that are extra for ``tool`` (not one it names; for no tool, not an
+    argument of any): a key the tool names is never added, since it would change what the call does."""
+    named = TOOL_KEYS.get(tool, NAMED_KEYS) if tool is not None else NAMED_KEYS
+    return tuple((k, v) for k, v in deco.extra if k not in named)
+
+
+def encode(args: dict[str, Any], deco: Decoration = Decoration(), tool: str | None = None) -> str:
+    """The JSON text of ``args`` plus the decoration's extra keys for ``tool``, in a drawn key order and layout."""
     merged = dict(args)
-    for k, v in deco.extra:
+    for k, v in extra_keys(deco, tool):
         merged.setdefault(k, v)
     items = list(merged.items())
     if deco.shuffle:
@@ -235,19 +262,48 @@ def split_command(cmd: str, plan: SendPlan) -> list[dict[str, Any]]:
 
 # --- payloads (texts that must arrive as written) ------------------------------------------------
 
-_SPECIAL_PIECES = ("-", "--", "-x", ";", "\\;", ";;", " ; ", "Enter", "C-c", "C-m", "Escape", "Space",
-                   "BSpace", "#{session_name}", "#{pane_id}", "#(echo hi)", "##", "'", '"', "\\", "\\\\",
-                   "$HOME", "$(echo x)", "`echo x`", "\n", "é", "日本語", "😀", "~", "!", "!!", "%s",
-                   "%%", "*", "{a,b}", "  ", "\u00a0", "\\n", "'\\''")
+KEY_NAME_TEXTS = ("Enter", "C-c", "C-m", "Escape", "Space", "BSpace")
+"""Texts that spell a tmux key name (a server that passes text to ``send-keys`` without ``-l`` presses them)."""
+TMUX_SYNTAX_TEXTS = ("\\;", ";", "--", "-l", "-", "-x")
+"""Texts tmux's own command parser gives a meaning: a command separator, the end of options, the literal flag."""
+UNICODE_TEXTS = {
+    "wide": "日本語ｗｉｄｅ",
+    "combining": "e\u0301a\u0308",
+    "zero-width": "a\u200bb\u200dc\ufeff",
+    "emoji-modifier": "👍🏽👩\u200d💻",
+    "right-to-left": "\u200fשלום\u200e",
+}
+"""Characters whose width on screen is not one cell (two, none, or joined to the one before) and a
+right-to-left mark: what terminal tools that count cells or bytes get wrong."""
+_SPECIAL_PIECES = (*KEY_NAME_TEXTS, *TMUX_SYNTAX_TEXTS, ";;", " ; ", "#{session_name}", "#{pane_id}", "#(echo hi)",
+                   "##", "'", '"', "\\", "\\\\", "$HOME", "$(echo x)", "`echo x`", "\n", "é", "😀", "~", "!", "!!",
+                   "%s", "%%", "*", "{a,b}", "  ", "\u00a0", "\\n", "'\\''", *UNICODE_TEXTS.values())
 _CHARS = st.characters(codec="utf-8", exclude_categories=("Cs", "Cc", "Co", "Cn"))
 """No TAB or control characters: readline interprets them (completion, editing), which is the
 program's behaviour, not the server's."""
 
 
 def payloads() -> st.SearchStrategy[str]:
-    """Short texts (may hold newlines) built from edge-case pieces and arbitrary printable text."""
+    """Short texts (may hold newlines) built from edge-case pieces and arbitrary printable text; one
+    in three is a key name or a piece of tmux syntax alone (the whole text is ``Enter``, ``;``, ``-l``),
+    one in three mostly characters that are not one cell wide (so that each kind comes up often)."""
     piece = st.one_of(st.sampled_from(_SPECIAL_PIECES), st.text(_CHARS, min_size=1, max_size=12))
-    return st.lists(piece, min_size=1, max_size=8).map("".join)
+    unicode_piece = st.one_of(st.sampled_from(tuple(UNICODE_TEXTS.values())), st.text(_CHARS, min_size=1, max_size=4))
+    return st.one_of(st.lists(piece, min_size=1, max_size=8).map("".join),
+                     st.sampled_from(KEY_NAME_TEXTS + TMUX_SYNTAX_TEXTS),
+                     st.lists(unicode_piece, min_size=1, max_size=4).map("".join))
+
+
+def text_kinds(text: str) -> tuple[str, ...]:
+    """The classes of edge a typed text holds (event labels: that each one is drawn is measured)."""
+    kinds = [f"unicode {name}" for name, chars in UNICODE_TEXTS.items() if chars in text]
+    if text in KEY_NAME_TEXTS:
+        kinds.append("a key name alone")
+    elif any(name in text for name in KEY_NAME_TEXTS):
+        kinds.append("spells a key name")
+    if text in TMUX_SYNTAX_TEXTS:
+        kinds.append(f"tmux syntax alone ({text})")
+    return tuple(kinds)
 
 
 @dataclass(frozen=True)

@@ -116,7 +116,12 @@ class Agent:
 
 
 def tool_call(tool: str, args: dict[str, Any], deco: gen.Decoration = gen.Decoration()) -> Call:
-    return Call(tool, gen.encode(args, deco))
+    """A call of ``tool``; the decoration's keys that ``tool`` names are left out (an extra key is
+    one the tool does not name)."""
+    for key, _ in gen.extra_keys(deco, tool):
+        if key in gen.CONTRACT_VOCABULARY:
+            event(f"extra key: a field name of the contract ({'argument' if key in gen.NAMED_KEYS else 'output'})")
+    return Call(tool, gen.encode(args, deco, tool))
 
 
 def pair_args(ref: PairRef, **more: Any) -> dict[str, Any]:

@@ -50,6 +50,27 @@ def test_a_command_that_ran_without_output_points_at_the_output() -> None:
     assert clause == "read.output-shows" and "does not show the command" in why
 
 
+def test_output_shown_without_a_prompt_after_it_is_no_text_cut_short() -> None:
+    """A read that drops the screen's last row (the prompt) after a command whose echo scrolled into
+    the history: the output row carries the marker id, and read as the echo it looked like a text
+    that lost its start (a campaign with the pervasive fault read-last-row-dropped said so)."""
+    cmd = f"seq -f 'SC%g' 1 60; echo -E MK_$((6*7))_{UID}"
+    shown = "".join(f"SC{i}\n" for i in range(38, 61)) + f"MK_42_{UID}\n"
+    clause, why = checks.diagnose_typed(shown, cmd, [cmd], UID)
+    assert clause == "read.output-shows"
+    assert "ran and its output showed" in why
+
+
+def test_text_follows_a_command_that_wrapped_or_ended_at_the_pane_width() -> None:
+    """The two screens of the ci runs: an echo of 81 columns wrapped inside its marker id, and one of
+    exactly 80 columns followed by the prompt on the next row; and the screen before the prompt came."""
+    echo = "bash-5.2# set +H; MANPAGER=less PAGER=less man ls || echo -E MK_$((6*7))_"
+    assert checks.text_follows(screen(echo + "u11z63a", "7", "bash-5.2#"), "u11z63a7")
+    assert checks.text_follows(screen(echo + "uaz7a4f", "bash-5.2#"), "uaz7a4f")
+    assert not checks.text_follows(screen(echo + "uaz7a4f"), "uaz7a4f")
+    assert not checks.text_follows(screen("LS(1)   User Commands   LS(1)"), "uaz7a4f")
+
+
 def test_the_echo_is_found_across_wrapped_rows_and_continuation_prompts() -> None:
     long = "echo " + "y" * 100 + "_" + UID
     echoed = PROMPT + long

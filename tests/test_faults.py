@@ -314,6 +314,8 @@ PLANTS = [  # longest hunts first (they start first: the pool ends together, not
     Plant("items-page-gap", "sessions", ("items.pagination",)),
     Plant("list-sorted", "direct", ("list.order", "list.baseline")),
     Plant("sibling-deletes-swapped", "direct", ("events.recorded",), shrinks=10, variants=("unnamed-resources",)),
+    Plant("read-last-row-dropped", "direct", ("read.result", "read.rows-exact")),
+    Plant("shared-pane", "direct", ("launch.private-server", "screen.isolation")),
 ]
 GAPS: dict[str, tuple[str, str, str]] = {}
 """Faults the machine does not find with the ci profile: out of the suite, not hidden (docs/faults.md).

@@ -49,6 +49,40 @@ def test_encode_keeps_the_arguments_and_adds_only_unnamed_keys(args: dict[str, s
 
 
 @FAST
+@given(tool=st.sampled_from(sorted(gen.TOOL_KEYS)), deco=gen.decorations())
+def test_extra_keys_of_a_tool_are_never_its_own_arguments(tool: str, deco: gen.Decoration) -> None:
+    """Another tool's argument (``text`` on a read) is an extra key; the tool's own never is added,
+    and the model agrees on which keys each tool names."""
+    args = {"terminal": "bash", "session": "main"} if tool != "sys_terminal_list" else {}
+    decoded = json.loads(gen.encode(args, deco, tool))
+    assert {k: decoded[k] for k in args} == args
+    assert not (set(decoded) - set(args)) & gen.TOOL_KEYS[tool]
+    assert set(decoded) - set(args) == {k for k, _ in gen.extra_keys(deco, tool)} - set(args)
+
+
+def test_tool_keys_are_the_models() -> None:
+    from stateful.model import NAMED_KEYS as MODEL_KEYS
+
+    assert {t: set(keys) for t, keys in gen.TOOL_KEYS.items()} == MODEL_KEYS
+
+
+def test_contract_vocabulary_reaches_other_tools_as_extra_keys() -> None:
+    deco = gen.Decoration(extra=tuple((k, 1) for k in gen.CONTRACT_VOCABULARY))
+    assert {k for k, _ in gen.extra_keys(deco, "sys_terminal_read")} == set(gen.CONTRACT_VOCABULARY) - {
+        "terminal", "session", "scrollback"}
+    assert {k for k, _ in gen.extra_keys(deco, "sys_terminal_list")} == set(gen.CONTRACT_VOCABULARY)
+
+
+def test_text_kinds_name_each_class_of_edge() -> None:
+    assert gen.text_kinds("Enter") == ("a key name alone",)
+    assert gen.text_kinds("-l") == ("tmux syntax alone (-l)",)
+    assert gen.text_kinds("echo C-c x") == ("spells a key name",)
+    for name, chars in gen.UNICODE_TEXTS.items():
+        assert gen.text_kinds(f"x{chars}y") == (f"unicode {name}",)
+    assert gen.text_kinds("plain") == ()
+
+
+@FAST
 @given(bad=gen.bad_calls(), name=gen.session_names())
 def test_bad_calls_are_errors_for_the_model(bad: gen.BadCall, name: str) -> None:
     """Whatever a bad call targets, the model expects an error (never a state change)."""

@@ -349,7 +349,7 @@ def _summary(report: CampaignReport, written: list[Path], interrupted: bool, obs
     head = "interrupted" if interrupted else "done"
     lines = [f"campaign {head} after {report.elapsed_s:g} s (budget {report.budget_s:g} s): {report.workers} workers, "
              f"{report.programs} programs, {report.steps} steps ({rate:.1f} steps/s)"]
-    lines += [f"FAILED {f['clause']}: {f['message'][:200]}" + (f"\n  repro: {f['repro']}" if f.get("repro") else
+    lines += [f"FAILED {f.get('key', f['clause'])}: {f['message'][:200]}" + (f"\n  repro: {f['repro']}" if f.get("repro") else
                                                                 "\n  (no repro: its replays did not fail again)"
                                                                 if f.get("reproduced") is False else
                                                                 "\n  (not shrunk: the budget ended first)")

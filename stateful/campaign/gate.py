@@ -14,9 +14,18 @@ Once a failure is known (allowed, or reported by the worker that claimed it), th
 provoked it (the violation's ``triggers``) are noted for the campaign: the workers' next searches
 stop drawing them (:mod:`stateful.steering`).
 
+A failure's identity is its clause and its cause (:mod:`stateful.causes`): a violation of a claimed
+clause that names none of the causes of that clause's findings is a new finding, claimed as
+``clause@cause``. While its worker shrinks a finding, a violation of the same clause whose cause is
+no other finding's is the same one (the shrinker may find that it needs less, or another input); the
+worker names it again by its shrunk program's cause.
+
 It cannot sit inside ``clauses.fail``: the model judges concurrent calls by trying orders and
 catching the violations of the orders that do not explain the outputs, so a violation raised there
-is not yet a failure. Only what leaves the program is.
+is not yet a failure. Only what leaves the program is. What a check can go on past is decided
+inside the program (``clauses.deviate``): before each program the gate tells it what the campaign
+knows (``clauses.know``: the allowed clauses and the findings claimed by others), and after it counts
+the deviations the program went on past, as if each had ended a program.
 
 The gate also counts what the campaign reports: programs, steps (rules run), the programs in which
 each ``event()`` label (``clause: <id>`` among them) occurred, and it ends a search at its deadline.
@@ -36,8 +45,10 @@ from hypothesis.control import current_build_context
 from hypothesis.errors import HypothesisException
 from hypothesis.internal.reflection import function_digest
 
+from stateful import clauses
 from stateful.campaign import seen
-from stateful.clauses import clause_of
+from stateful.causes import known_by, split_key
+from stateful.clauses import ContractViolation, clause_of
 from stateful.targets.base import TargetError
 
 __all__ = ["BudgetSpent", "Gate", "Resteer", "failure_key", "first_line"]
@@ -55,11 +66,11 @@ class Resteer(BaseException):
 
 
 def failure_key(error: BaseException) -> str:
-    """What tells failures apart: the clause of a contract violation; for a failure of the target
+    """What tells failures apart: the clause of a contract violation and its primary cause
+    (``clause@cause``, or the clause alone: :mod:`stateful.causes`); for a failure of the target
     (a hang, a server that broke) or of the tester, ``target:<type>`` or ``error:<type>``."""
-    clause = clause_of(error)
-    if clause:
-        return clause
+    if isinstance(error, ContractViolation) and clause_of(error):
+        return error.key
     kind = "target" if isinstance(error, TargetError) else "error"
     return f"{kind}:{type(error).__name__}"
 
@@ -97,7 +108,9 @@ class Gate:
     coverage: Counter[str] = field(default_factory=Counter)
     known: Counter[str] = field(default_factory=Counter)
     repeats: Counter[str] = field(default_factory=Counter)
-    """Failures already claimed, met again (by key)."""
+    """Failures already claimed, met again (by key), whether they ended a program or it went on past them."""
+    examples: dict[str, str] = field(default_factory=dict)
+    """The first line of the first known deviation a program went on past, by clause (allowed) or key."""
     done: set[str] = field(default_factory=set)
     """Keys this worker reported in earlier runs."""
     run_claims: set[str] = field(default_factory=set)
@@ -108,6 +121,9 @@ class Gate:
     """Note the triggers of known failures, so that later searches avoid them (``--no-steering``: not)."""
     steered: frozenset[str] = frozenset()
     """The triggers the current search avoids (set by the worker when it starts)."""
+    going_on: frozenset[str] = frozenset()
+    """The findings the current search's programs go on past (set by the worker when it starts:
+    fixed, so that a program replays the same way; a search ends once others are known)."""
     resteer: bool = True
     """End the search once a known failure's trigger is not in ``steered`` (not in a search that
     replays the example database first: ending it would skip the failures saved after the first)."""
@@ -150,7 +166,10 @@ class Gate:
                 self.ignored = seen.claimed(self.seen_dir) | self.done
                 if self.steer and self.resteer and not seen.avoided(self.seen_dir) <= self.steered:
                     raise Resteer()
+                if self.resteer and not self.others() <= self.going_on:
+                    raise Resteer()  # a new finding is known: the next search goes on past it
             self.machine = None
+            clauses.know(self.allowed, self.going_on - self.run_claims)
             try:
                 inner(*args, **kwargs)
             except HypothesisException:
@@ -160,34 +179,66 @@ class Gate:
                     reject()
                 raise
             finally:
+                self._count_deviations()
                 self._account()
         return run_state_machine
 
+    def others(self) -> frozenset[str]:
+        """The findings known to this program: claimed by others, or reported by this worker before
+        (not those it shrinks now: those must fail)."""
+        return (self.ignored | self.done) - self.run_claims
+
     def _ignores(self, error: BaseException) -> bool:
         key = failure_key(error)
-        if key in self.allowed:
-            self.known[key] += 1
+        clause, _ = split_key(key)
+        if clause in self.allowed:
+            self.known[clause] += 1
             self.steer_away(error)
             return True
-        if key in self.run_claims:
-            return False
-        if key in self.ignored or key in self.done or not seen.claim(self.seen_dir, key, self._claim_info(error)):
+        match = known_by(clause, getattr(error, "causes", ()), self.others())
+        if match is not None:
+            self.repeats[match] += 1
+            self.steer_away(error, match)
+            return True
+        if key in self.run_claims or clause in {split_key(k)[0] for k in self.run_claims}:
+            return False  # the finding this search shrinks (its cause may change while it does)
+        if not seen.claim(self.seen_dir, key, self._claim_info(error)):
             self.repeats[key] += 1
-            self.steer_away(error)
+            self.steer_away(error, key)
             return True
         self.run_claims.add(key)
         return False
 
-    def steer_away(self, error: BaseException) -> None:
+    def _count_deviations(self) -> None:
+        """The known deviations the program went on past (``clauses.deviate``), counted as known
+        (allowed) or met again (claimed), each clause's first kept as its example."""
+        met = clauses.deviations()
+        for key, count in met.met.items():
+            (self.known if key in self.allowed else self.repeats)[key] += count
+            example = met.examples[key]
+            self.examples.setdefault(key, first_line(example))
+            self.steer_away(example, None if key in self.allowed else key)
+        clauses.know()
+
+    def steer_away(self, error: BaseException, finding: str | None = None) -> None:
         """From the next search on, no worker draws the input that provoked ``error``, a failure the
-        campaign knows (allowed, or claimed and reported: a claim given back does not steer)."""
-        if self.steer:
-            seen.avoid(self.seen_dir, getattr(error, "triggers", ()))
+        campaign knows (allowed, or claimed and reported: a claim given back does not steer). For a
+        known ``finding`` (a key), only its own cause: a long text cut short names the ``;`` it
+        holds too, and steering away from that would hide the bug that drops a final ``;``."""
+        if not self.steer:
+            return
+        triggers = tuple(getattr(error, "triggers", ()))
+        if finding is not None:
+            cause = split_key(finding)[1]
+            triggers = tuple(t for t in triggers if t == cause)
+        seen.avoid(self.seen_dir, triggers)
 
     def _claim_info(self, error: BaseException) -> dict[str, Any]:
         """What the claim stores; ``program`` counts this worker's programs, this one included (1:
         its first program, e.g. a failure the example database replayed)."""
-        return {"worker": self.worker, "first_seen_s": round(time.time() - self.started, 1),
+        clause, cause = split_key(failure_key(error))
+        return {"worker": self.worker, "clause": clause, "cause": cause,
+                "first_seen_s": round(time.time() - self.started, 1),
                 "message": first_line(error), "steps_found": self._steps(), "program": self.programs + 1}
 
     def _steps(self) -> int:

@@ -20,7 +20,8 @@ from stateful.steering import TRIGGERS
 
 __all__ = ["CampaignReport", "build_report", "write_reports"]
 
-FAILURE_KEYS = ("clause", "message", "first_seen_s", "steps_found", "steps_shrunk", "shrink_s", "repro", "reproduced")
+FAILURE_KEYS = ("clause", "cause", "key", "message", "first_seen_s", "steps_found", "steps_shrunk", "shrink_s", "repro",
+                "reproduced")
 
 
 @dataclass
@@ -81,18 +82,21 @@ def build_report(budget: float, elapsed: float, workers: int, states: Sequence[M
     coverage: Counter[str] = Counter()
     known: Counter[str] = Counter()
     repeats: Counter[str] = Counter()
+    examples: dict[str, str] = {}
     recorded: dict[str, dict[str, Any]] = {}
     errors: list[str] = []
     for state in states:
         coverage.update(state.get("coverage", {}))
         known.update(state.get("known", {}))
         repeats.update(state.get("repeats", {}))
+        examples = {**state.get("examples", {}), **examples}
         errors.extend(state.get("errors", []))
         for failure in state.get("failures", []):
-            recorded.setdefault(failure["clause"], dict(failure))
+            recorded.setdefault(failure.get("key", failure["clause"]), dict(failure))
     failures = []
     for key, claim in claims.items():
-        failure = recorded.get(key) or {"clause": key, "message": claim.get("message", ""),
+        failure = recorded.get(key) or {"clause": claim.get("clause", key), "cause": claim.get("cause"), "key": key,
+                                        "message": claim.get("message", ""),
                                         "first_seen_s": claim.get("first_seen_s"),
                                         "steps_found": claim.get("steps_found"), "steps_shrunk": None,
                                         "shrink_s": None, "repro": None, "worker": claim.get("worker"),
@@ -113,7 +117,9 @@ def build_report(budget: float, elapsed: float, workers: int, states: Sequence[M
     return CampaignReport(
         budget_s=round(budget, 1), elapsed_s=round(elapsed, 1), workers=workers,
         programs=programs, steps=sum(int(s.get("steps", 0)) for s in states),
-        failures=failures, known=[{"clause": c, "count": known[c]} for c in sorted(listed) if known[c]],
+        failures=failures,
+        known=[{"clause": c, "count": known[c], **({"example": examples[c]} if c in examples else {})}
+               for c in sorted(listed) if known[c]],
         coverage=dict(sorted(coverage.items())), deviations=list(deviations), repeats=dict(repeats), errors=errors,
         steered=steered, interrupted=interrupted, clauses=verdicts, stale=stale, replays=dict(replays or {}),
         timeline=timeline(states, elapsed))
@@ -187,17 +193,18 @@ def markdown(report: CampaignReport) -> str:
         shrunk = (f"shrunk to {f['steps_shrunk']} steps in {f.get('shrink_s')} s{spent}" if f.get("steps_shrunk") is not None
                   else "seen once, not reproduced by its replays (no repro)" if f.get("reproduced") is False
                   else "not shrunk (the budget ended first)")
-        lines += [f"### `{f['clause']}`", "",
+        lines += [f"### `{f.get('key') or f['clause']}`", "",
                   f"found after {f.get('first_seen_s')} s in program {f.get('program')} of worker {f.get('worker')}"
                   + (f" of process {f.get('owner')} on {f['host']} " if f.get("host") else " ") +
                   f"({f.get('steps_found')} steps), {shrunk}; "
-                  f"met again {report.repeats.get(f['clause'], 0)} times",
+                  f"met again {report.repeats.get(f.get('key') or f['clause'], 0)} times",
                   "", f"repro: `{f['repro']}`" if f.get("repro") else "repro: none",
                   *([f"plain repro: `{f['plain']}`" if str(f['plain']).endswith(".py") else
                      f"plain repro: {f['plain']}"] if f.get("plain") else []), "",
                   "```", f.get("report") or f.get("message", ""), "```", ""]
     lines += ["## Known deviations", ""]
-    lines += [f"- `{k['clause']}`: met {k['count']} times; {_why(report, k['clause'])}" for k in report.known] or ["None met."]
+    lines += [f"- `{k['clause']}`: met {k['count']} times; {_why(report, k['clause'])}"
+              + (f"; e.g. {k['example']}" if k.get("example") else "") for k in report.known] or ["None met."]
     lines += ["", "## Steered away from", "",
               "Once a failure was known, the later searches stopped drawing the input that provoked it:", ""]
     lines += [f"- `{t}`: {TRIGGERS.get(t, '')}" for t in report.steered] or ["Nothing (no known failure named its input)."]
@@ -232,23 +239,27 @@ def _processes(report: CampaignReport) -> list[str]:
 
 
 def junit(report: CampaignReport) -> ET.ElementTree:
-    """One test case per clause, as pytest's junit-xml writes them: failed and stale are failures
-    (stale: the entry to remove), known and not-exercised are skipped with their reason, never a pass."""
+    """One test case per clause, as pytest's junit-xml writes them, and one per finding where a clause
+    was broken by two causes: failed and stale are failures (stale: the entry to remove), known and
+    not-exercised are skipped with their reason, never a pass."""
     verdicts = {v.id: v for v in report.clauses}
-    by_clause = {f["clause"]: f for f in report.failures}
+    by_clause: dict[str, list[dict[str, Any]]] = {}
+    for f in report.failures:  # one test case per finding: a clause broken by two causes is two
+        by_clause.setdefault(f["clause"], []).append(f)
     suite = ET.Element("testsuite", name="stateful.campaign", tests="0", failures="0", skipped="0",
                        errors=str(len(report.errors) + report.interrupted), time=f"{report.elapsed_s:g}")
     counts = Counter[str]()
     names = list(verdicts) + [k for k in by_clause if k not in verdicts]
-    for name in names:
+    cases = [(name, (f.get("key") if f else None) or name, f) for name in names for f in (by_clause.get(name) or [None])]
+    for name, case_name, f in cases:
         verdict = verdicts[name].verdict if name in verdicts else "failed"
+        case = ET.SubElement(suite, "testcase", classname="stateful.campaign.clauses", name=case_name, time="0")
         case = ET.SubElement(suite, "testcase", classname="stateful.campaign.clauses", name=name, time="0")
         if name in verdicts:
             ET.SubElement(ET.SubElement(case, "properties"), "property", name="contract",
                           value=contract_link(verdicts[name].section))
         counts["tests"] += 1
-        if verdict == "failed":
-            f = by_clause[name]
+        if verdict == "failed" and f is not None:
             failure = ET.SubElement(case, "failure", message=str(f.get("message", ""))[:500], type=name)
             failure.text = f"{f.get('report') or f.get('message', '')}\nrepro: {f.get('repro')}"
             counts["failures"] += 1

@@ -35,7 +35,8 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.errors import Flaky, HypothesisException, Unsatisfiable
 from hypothesis.stateful import get_state_machine_test
 
-from stateful import steering
+from stateful import clauses, steering
+from stateful.causes import split_key
 from stateful.campaign import seen
 from stateful.campaign.database import open_db
 from stateful.campaign.gate import BudgetSpent, Gate, Resteer, failure_key, first_line
@@ -115,7 +116,7 @@ class Worker:
             if self.series[-1] is not last:
                 self.series.append(last)
         state = {"worker": self.index, "programs": g.programs, "steps": g.steps, "coverage": dict(g.coverage),
-                 "known": dict(g.known), "repeats": dict(g.repeats), "failures": self.failures,
+                 "known": dict(g.known), "repeats": dict(g.repeats), "examples": g.examples, "failures": self.failures,
                  "seeds": self.searches, "errors": self.errors, "notes": self.notes, "finished": self.finished,
                  "series": self.series}
         path = state_path(self.run_dir, self.index)
@@ -161,6 +162,7 @@ class Worker:
         # fixed for the whole search, so that its programs replay and shrink the same way
         self.gate.steered = seen.avoided(self.gate.seen_dir) if self.config.steer else frozenset()
         self.gate.resteer = Phase.reuse not in (run_settings.phases or ())
+        self.gate.going_on = seen.claimed(self.gate.seen_dir) | self.gate.done
         steering.avoid(self.gate.steered)
         test = get_state_machine_test(self.gate.factory(machine), settings=run_settings)
         test._hypothesis_internal_use_seed = seed  # type: ignore[attr-defined]
@@ -195,7 +197,7 @@ class Worker:
         another search may find them again, while there is time to shrink them."""
         if time.time() >= self.config.deadline:
             return
-        reported = {f["clause"] for f in self.failures}
+        reported = {f["key"] for f in self.failures}
         for key in sorted(self.gate.run_claims - reported):
             seen.release(self.gate.seen_dir, key)
             self.gate.run_claims.discard(key)
@@ -206,15 +208,24 @@ class Worker:
         from stateful.repro import reported_program, write_repro
 
         for failure in _leaves(raised):
-            key = failure_key(failure)
-            if key not in self.gate.run_claims or any(f["clause"] == key for f in self.failures):
+            key = self.claim_of(failure)
+            if key is None or any(f["key"] == key for f in self.failures):
                 continue
-            self.gate.steer_away(failure)  # Hypothesis's shrunk failure: the least input that provokes it
             shrunk = failure
             searched = time.time()
             if clause_of(failure) and searched < self.config.deadline:
-                shrunk = shorter_failure(machine, failure, deadline=self.config.deadline)
+                # replayed as its repro will run: going past nothing but the allowed clauses, so that a
+                # shorter program counts only if it fails by itself (not through another finding's resync)
+                clauses.know(self.gate.allowed)
+                try:
+                    shrunk = shorter_failure(machine, failure, deadline=self.config.deadline)
+                finally:
+                    clauses.know()
             dropped = time.time()
+            key = self.rename(key, shrunk)
+            if key is None:
+                continue
+            self.gate.steer_away(shrunk, key)  # the shrunk failure: the least input that provokes it
             program = reported_program(shrunk)
             repro = None
             plain = None
@@ -226,8 +237,10 @@ class Worker:
             seen_at = self.config.started + float(claim.get("first_seen_s", searched - self.config.started))
             split = {"hypothesis": round(searched - seen_at, 1), "drop_steps": round(dropped - searched, 1),
                      "repros": round(now - dropped, 1)}
+            clause, cause = split_key(key)
             self.failures.append({
-                "clause": key, "message": first_line(shrunk), "first_seen_s": claim.get("first_seen_s"),
+                "clause": clause, "cause": cause, "key": key, "message": first_line(shrunk),
+                "first_seen_s": claim.get("first_seen_s"),
                 "steps_found": claim.get("steps_found"),
                 "steps_shrunk": len(rule_groups(program, invariants_of(machine))) if program else None,
                 "shrink_s": round(now - seen_at, 1) if "first_seen_s" in claim else None,
@@ -236,6 +249,35 @@ class Worker:
             })
             self.save()
 
+    def claim_of(self, failure: BaseException) -> str | None:
+        """The claim of this search that ``failure`` is: its own key, or the one claim of its clause
+        (its cause may have changed while Hypothesis shrank it); None if this search claimed neither."""
+        key = failure_key(failure)
+        if key in self.gate.run_claims:
+            return key
+        clause, _ = split_key(key)
+        same = sorted(k for k in self.gate.run_claims if split_key(k)[0] == clause)
+        return same[0] if same else None
+
+    def rename(self, claimed: str, shrunk: BaseException) -> str | None:
+        """The finding's key as its shrunk program names it (the cause is what the *shrunk* program
+        needs): the claim moves to that key; None if another worker claimed that one meanwhile (the
+        finding is theirs: this claim is given back)."""
+        key = failure_key(shrunk)
+        if key == claimed:
+            return key
+        info = {**seen.info(self.run_dir / "seen", claimed), "renamed_from": claimed}
+        info.pop("key", None)
+        clause, cause = split_key(key)
+        info.update(clause=clause, cause=cause)
+        taken = seen.claim(self.run_dir / "seen", key, info)
+        seen.release(self.run_dir / "seen", claimed)
+        self.gate.run_claims.discard(claimed)
+        if not taken:
+            self.notes.append(f"{claimed} shrank to {key}, which another worker claimed meanwhile: left to it")
+            return None
+        self.gate.run_claims.add(key)
+        return key
 
     def record_flaky(self, machine: type, target: Any, flaky: BaseException, run_settings: settings) -> None:
         """A violation Hypothesis could not replay (``Flaky``), replayed as ``pytest stateful/`` does
@@ -253,12 +295,13 @@ class Worker:
                               f"{str(flaky).splitlines()[0] if str(flaky) else ''}")
             return
         for failure in violations_in(flaky):
-            key = failure_key(failure)
-            if key not in self.gate.run_claims or any(f["clause"] == key for f in self.failures):
+            key = self.claim_of(failure)
+            if key is None or any(f["key"] == key for f in self.failures):
                 continue
             claim = seen.info(self.gate.seen_dir, key)
+            clause, cause = split_key(key)
             self.failures.append({
-                "clause": key, "message": report.splitlines()[0], "first_seen_s": claim.get("first_seen_s"),
+                "clause": clause, "cause": cause, "key": key, "message": report.splitlines()[0], "first_seen_s": claim.get("first_seen_s"),
                 "steps_found": claim.get("steps_found"), "steps_shrunk": None, "shrink_s": None, "repro": None,
                 "plain": None, "reproduced": False, "shrunk_s": round(time.time() - self.config.started, 1),
                 "report": report, "worker": self.index, "program": claim.get("program"),

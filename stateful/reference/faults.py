@@ -40,6 +40,9 @@ FAULTS: dict[str, str] = {
     "delete-keeps-terminals": "DELETE of an agent session leaves its terminals running",
     "outputs-completion-order": "the outputs of concurrent calls are paired with call ids in the order they completed",
     "sibling-deletes-swapped": "the deleted events of two live id siblings carry each other's resource id",
+    "read-last-row-dropped": "every read loses the screen's last row (an off-by-one in the captured range)",
+    "shared-pane": "a launch in an agent session whose terminal already runs there attaches to that pane "
+                   "instead of starting its own (tmux sessions named after the terminal alone)",
 }
 
 VARIANTS: dict[str, str] = {

@@ -306,7 +306,8 @@ class TerminalRegistry:
                         "already_running", existing.server.socket_path, existing.resource_id
                     )
                 self._retire(existing)  # exited: a new process replaces it
-            server = self._start(spec, session, os.path.abspath(cwd or spec.cwd))
+            server = self._shared_pane(key) if faults.enabled("shared-pane") else None
+            server = server or self._start(spec, session, os.path.abspath(cwd or spec.cwd))
             with self._lock:
                 if self._closed:
                     registered = False
@@ -321,6 +322,14 @@ class TerminalRegistry:
             self._ensure_watcher()
             self._emit(entry, CREATED)
             return LaunchResult("launched", server.socket_path, resource_id)
+
+    def _shared_pane(self, key: Key) -> TmuxServer | None:
+        """Planted fault "shared-pane": a server that names its tmux sessions after the terminal
+        alone finds the pane of another live pair of the same terminal in this agent session and
+        attaches to it, so both pairs type into and read one pane (and closing one ends both)."""
+        with self._lock:
+            return next((e.server for k, e in self._terminals.items()
+                         if k[:2] == key[:2] and not e.removed and e.server.is_alive()), None)
 
     def _launch_unlocked(
         self, key: Key, spec: TerminalSpec, session: str, cwd: str | None

@@ -243,6 +243,10 @@ def sys_terminal_read(arguments: str, context: ToolContext) -> str:
         screen = context.registry.read(context.session_id, terminal, session, scrollback=history)
         if faults.enabled("read-history-short") and history > 0 and screen.count("\n") > 24:
             screen = screen.split("\n", 1)[1]  # planted fault: an off-by-one loses the oldest history line
+        if faults.enabled("read-last-row-dropped"):
+            # planted fault: the captured range ends one row early (``-E`` given the last row's index
+            # counted from 1), so every read lacks the bottom row, where a prompt or output usually is
+            screen = "".join(screen.splitlines(keepends=True)[:-1])
     except (TerminalNotFound, TerminalGone):
         return _error(_not_found(terminal, session))
     except (TmuxError, OSError) as exc:

@@ -1,0 +1,224 @@
+"""Issue 23: a failure's identity is its clause and its cause, and a program goes on past a known
+violation wherever its check knows how to keep the model exact (stateful/causes.py,
+clauses.deviate, the campaign's gate)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stateful import after_turn, causes, clauses
+from stateful.campaign import seen
+from stateful.campaign.gate import Gate, failure_key
+from stateful.clauses import ContractViolation, clause_of, deviate, fail, violation
+from stateful.world import READ
+from tests.test_after_turn import FakeSession, call, outside_hypothesis, world_with  # noqa: F401 (fixture)
+
+
+@pytest.fixture(autouse=True)
+def nothing_known() -> Any:
+    clauses.know()
+    yield
+    clauses.know()
+
+
+# -- identity ----------------------------------------------------------------------------------------
+
+def test_a_text_names_its_causes_most_specific_first() -> None:
+    assert causes.text_causes(["echo a;"]) == ("semicolon-edge",)
+    assert causes.text_causes(["x" * 5000]) == ("long-text",)
+    assert causes.text_causes(["é" * 2100]) == ("long-text", "non-ascii")  # 4200 bytes
+    assert causes.text_causes(["-x", "é"]) == ("dash-edge", "non-ascii")
+    assert causes.text_causes(["echo hi"]) == ()
+
+
+def test_a_findings_key_is_its_clause_and_its_primary_cause() -> None:
+    long_cut = violation("send.text-literal", "cut", causes=causes.text_causes(["0123456789abcdef" * 1100]))
+    semicolon = violation("send.text-literal", "lost ;", triggers=("semicolon-edge",))
+    plain = violation("read.rows-exact", "one row short")
+    assert (long_cut.key, semicolon.key, plain.key) == (
+        "send.text-literal@long-text", "send.text-literal@semicolon-edge", "read.rows-exact")
+    assert failure_key(long_cut) == long_cut.key
+    assert causes.split_key(long_cut.key) == ("send.text-literal", "long-text")
+    assert causes.split_key(plain.key) == ("read.rows-exact", None)
+
+
+@pytest.mark.parametrize(("clause", "named", "known", "is_known"), [
+    ("send.text-literal", ("semicolon-edge",), ["send.text-literal@semicolon-edge"], True),
+    ("send.text-literal", ("long-text",), ["send.text-literal@semicolon-edge"], False),
+    # a long text holding a `;` that a server may split at names both: it is the known one
+    ("send.text-literal", ("long-text", "semicolon-edge"), ["send.text-literal@semicolon-edge"], True),
+    ("read.rows-exact", (), ["read.rows-exact@big-scrollback"], False),
+    ("read.rows-exact", ("big-scrollback",), ["read.rows-exact"], False),
+    ("read.rows-exact", (), ["read.rows-exact"], True),
+    ("read.history", (), ["read.rows-exact"], False),
+])
+def test_a_violation_is_a_known_finding_only_if_it_names_that_findings_cause(
+        clause: str, named: tuple[str, ...], known: list[str], is_known: bool) -> None:
+    assert (causes.known_by(clause, named, known) is not None) is is_known
+
+
+def test_a_violation_keeps_its_causes_across_processes() -> None:
+    import pickle
+
+    with pytest.raises(ContractViolation) as caught:
+        fail("send.text-literal", "cut", causes=("long-text",))
+    assert pickle.loads(pickle.dumps(caught.value)).key == "send.text-literal@long-text"
+
+
+def gate(tmp_path: Path, allowed: frozenset[str] = frozenset()) -> Gate:
+    (tmp_path / "seen").mkdir(exist_ok=True)
+    return Gate(seen_dir=tmp_path / "seen", allowed=allowed, worker=0, started=0.0, deadline=1e12)
+
+
+def test_a_claimed_clause_met_by_another_cause_is_a_new_finding(tmp_path: Path) -> None:
+    g = gate(tmp_path)
+    assert seen.claim(g.seen_dir, "send.text-literal@semicolon-edge", {})
+    g.ignored = seen.claimed(g.seen_dir)
+    # the known cause: met again, the program is rejected
+    assert g._ignores(violation("send.text-literal", "lost ;", triggers=("semicolon-edge",)))
+    assert g.repeats == {"send.text-literal@semicolon-edge": 1}
+    # another cause of the same clause: claimed as a finding of its own, let through to be shrunk
+    assert not g._ignores(violation("send.text-literal", "cut", causes=("long-text",)))
+    assert g.run_claims == {"send.text-literal@long-text"}
+    assert seen.info(g.seen_dir, "send.text-literal@long-text")["cause"] == "long-text"
+    # while it is shrunk, the same clause with a cause no other finding has is still this one
+    assert not g._ignores(violation("send.text-literal", "x"))
+    assert g._ignores(violation("send.text-literal", "lost ;", triggers=("semicolon-edge",)))
+
+
+def test_an_allowed_clause_is_known_whatever_its_cause(tmp_path: Path) -> None:
+    g = gate(tmp_path, frozenset({"read.rows-exact"}))
+    assert g._ignores(violation("read.rows-exact", "short", causes=("big-scrollback",)))
+    assert g._ignores(violation("read.rows-exact", "short"))
+    assert g.known == {"read.rows-exact": 2} and not seen.claimed(g.seen_dir)
+
+
+# -- going on past a known violation -----------------------------------------------------------------
+
+def test_deviate_fails_unless_the_run_knows_the_violation() -> None:
+    with pytest.raises(ContractViolation) as unknown:
+        deviate("read.rows-exact", "short")
+    assert clause_of(unknown.value) == "read.rows-exact"
+    clauses.know(findings=["read.rows-exact@big-scrollback"])
+    with pytest.raises(ContractViolation):
+        deviate("read.rows-exact", "short")  # the clause's finding with no cause is not known
+    deviate("read.rows-exact", "capped", causes=("big-scrollback",))
+    deviate("read.rows-exact", "capped again", causes=("big-scrollback",))
+    met = clauses.deviations()
+    assert met.met == {"read.rows-exact@big-scrollback": 2}
+    assert str(met.examples["read.rows-exact@big-scrollback"]).startswith("read.rows-exact: capped\n") or \
+        str(met.examples["read.rows-exact@big-scrollback"]) == "read.rows-exact: capped"
+
+
+def test_only_clauses_that_declare_how_to_go_on_can_be_gone_past() -> None:
+    clauses.know(allowed=["launch.result"])
+    with pytest.raises(AssertionError, match="declares no way to go on"):
+        deviate("launch.result", "x")
+    assert {c.id for c in clauses.CLAUSES.values() if c.goes_on} == set(clauses.GOES_ON)
+    assert "read.rows-exact" in clauses.GOES_ON and "list.registered" not in clauses.GOES_ON
+
+
+def rows_context(rows: int, scrollback: int, held: int, exact_below: int | None = None, short: int = 0) -> Any:
+    """A read of an idle pane holding ``held`` lines of history that answers ``rows`` rows (and,
+    for a scrollback of at most ``exact_below``, the exact count less ``short``)."""
+    def answer(c: Any) -> dict[str, Any]:
+        asked = json.loads(c.arguments).get("scrollback", 0)
+        n = min(asked, held) + 24 - short if exact_below is not None and asked <= exact_below else rows
+        return {"terminal": "bash:a", "screen": "x\n" * n, "scrollback_lines": asked}
+    session = FakeSession(answer)
+    world, agent = world_with(session)
+    world.probe.history_size = lambda socket: held  # type: ignore[method-assign]
+    read = call(READ, terminal="bash", session="a", scrollback=scrollback)
+    judgement = after_turn.Judgement(agent.model, "read", answer(read))
+    ctx = after_turn.TurnContext(world, agent, 1, [[read]], [[""]], {("bash", "a"): ("/s", held)}, frozenset())
+    return ctx, read, judgement
+
+
+def test_a_known_rows_violation_is_noted_and_the_program_goes_on() -> None:
+    ctx, read, judgement = rows_context(rows=24 + 4, scrollback=9000, held=5)
+    with pytest.raises(ContractViolation) as first:
+        after_turn.rows_exact(ctx, read, judgement)
+    assert first.value.key == "read.rows-exact"  # one short whatever the size: no cause
+    clauses.know(findings=["read.rows-exact"])
+    after_turn.rows_exact(ctx, read, judgement)  # goes on
+    # the read of 9000 and the read of 1000 made to tell the cause: both wrong, both noted
+    assert clauses.deviations().met == {"read.rows-exact": 2}
+
+
+def test_a_scrollback_over_1000_is_the_cause_only_where_a_read_of_1000_is_exact() -> None:
+    ctx, read, judgement = rows_context(rows=24, scrollback=9000, held=1500, exact_below=1000)
+    with pytest.raises(ContractViolation) as capped:
+        after_turn.rows_exact(ctx, read, judgement)
+    assert capped.value.key == "read.rows-exact@big-scrollback"
+    clauses.know(findings=["read.rows-exact"])  # the other finding of the clause does not cover it
+    with pytest.raises(ContractViolation):
+        after_turn.rows_exact(ctx, read, judgement)
+
+
+def test_a_capped_scrollback_is_told_apart_even_where_every_read_is_also_one_row_short() -> None:
+    # both faults at once: a big read shows no history, a read of 1000 one row too few: the size
+    # changes the failure, so the size is its cause
+    ctx, read, judgement = rows_context(rows=24, scrollback=9000, held=300, exact_below=1000, short=1)
+    with pytest.raises(ContractViolation) as capped:
+        after_turn.rows_exact(ctx, read, judgement)
+    assert capped.value.key == "read.rows-exact@big-scrollback"
+
+
+def test_a_repro_names_its_finding_and_replay_says_when_it_fails_by_another_cause() -> None:
+    from stateful.repro import render_repro
+    from stateful.replay import FINDING
+
+    capped = violation("read.rows-exact", "24 rows", causes=("big-scrollback",))
+    text = render_repro("direct", ["state = TerminalMachine()", "pairs_0 = state.start(terminal='sh', name='main')"], capped)
+    assert "FINDING = 'read.rows-exact@big-scrollback'" in text and "repro_machine(TARGET, program, finding=FINDING)" in text
+    compile(text, "repro.py", "exec")
+    same = FINDING.search("E   finding: read.rows-exact@big-scrollback\n")
+    assert same is not None and same.groups() == ("read.rows-exact@big-scrollback", None)
+    other = FINDING.search("E   finding: read.rows-exact (this repro was written for read.rows-exact@big-scrollback: "
+                           "the program now breaks its clause by another cause, so it fails for both)\n")
+    assert other is not None and other.groups() == ("read.rows-exact", "read.rows-exact@big-scrollback")
+
+
+def test_a_call_on_a_pair_told_to_exit_names_that_cause() -> None:
+    from dataclasses import replace
+
+    from stateful.model import Call, Life, PairState, SessionModel, _fail
+
+    alive = SessionModel(declared=("bash",), pairs=(PairState("bash", "a", "/s", 1, Life.ALIVE, (0,)),))
+    exiting = replace(alive, pairs=(replace(alive.pairs[0], life=Life.EXITING),))
+    read = Call(READ, json.dumps({"terminal": "bash", "session": "a"}))
+    for model, key in ((alive, "read.result"), (exiting, "read.result@exited-pair")):
+        with pytest.raises(ContractViolation) as caught:
+            _fail("read.result", read, "{}", "no screen", model)
+        assert caught.value.key == key
+
+
+def test_past_a_known_capped_read_the_read_of_1000_is_judged_and_shows_the_other_bug() -> None:
+    ctx, read, judgement = rows_context(rows=24, scrollback=9000, held=300, exact_below=1000, short=1)
+    clauses.know(findings=["read.rows-exact@big-scrollback"])
+    with pytest.raises(ContractViolation) as short:
+        after_turn.rows_exact(ctx, read, judgement)
+    assert short.value.key == "read.rows-exact" and '"scrollback": 1000' in str(short.value).split("\n")[0]
+    assert clauses.deviations().met == {"read.rows-exact@big-scrollback": 1}
+    # with only the cap, the program goes on past it
+    clauses.know(findings=["read.rows-exact@big-scrollback"])
+    ctx, read, judgement = rows_context(rows=24, scrollback=9000, held=300, exact_below=1000)
+    after_turn.rows_exact(ctx, read, judgement)
+
+
+def test_a_known_finding_steers_away_from_its_own_cause_only(tmp_path: Path) -> None:
+    g = gate(tmp_path)
+    assert seen.claim(g.seen_dir, "send.text-literal@long-text", {})
+    g.ignored = seen.claimed(g.seen_dir)
+    # a long text holding `;` and `-` is cut short: met again; its `;` is no reason to stop drawing `;` edges
+    long_cut = violation("send.text-literal", "cut", triggers=("dash-edge", "semicolon-edge"), causes=("long-text",))
+    assert g._ignores(long_cut)
+    assert seen.avoided(g.seen_dir) == frozenset()
+    assert seen.claim(g.seen_dir, "send.text-literal@semicolon-edge", {})
+    g.ignored = seen.claimed(g.seen_dir)
+    assert g._ignores(violation("send.text-literal", "lost ;", triggers=("semicolon-edge",)))
+    assert seen.avoided(g.seen_dir) == {"semicolon-edge"}
