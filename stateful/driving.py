@@ -60,13 +60,16 @@ def type_sends(world: World, agent: Agent, ref: PairRef, sends: Sequence[dict[st
 
 
 def poll_screen(world: World, agent: Agent, ref: PairRef, done: Callable[[str], bool], what: str,
-                first: Judgement | None = None, typed: Typed | None = None, *, may_go_on: bool = False) -> str | None:
+                first: Judgement | None = None, typed: Typed | None = None, *, may_go_on: bool = False,
+                echo_kept: bool = True) -> str | None:
     """Read the pair (large scrollback) until ``done(screen)``; bounded by the poll deadline.
 
     On time-out the failure says what the screen shows about ``typed`` (the command whose effect
     was awaited): a text that did not arrive as written, a line never submitted, or output
     that never showed. With ``may_go_on``, a text that did not arrive as written, a deviation the
-    run knows, is noted and None returned: the caller resynchronises the program."""
+    run knows, is noted and None returned: the caller resynchronises the program. ``echo_kept``
+    False: the command prints more than the history holds, so a screen can still show a line never
+    submitted (its whole echo on the last row) but can no longer tell a text that did not arrive."""
     pending: list[Any] = [first.value] if first is not None else []  # a read made with the sends
     screens: list[str] = []  # the last screen seen
 
@@ -97,6 +100,9 @@ def poll_screen(world: World, agent: Agent, ref: PairRef, done: Callable[[str], 
                 screens[0] = again["screen"]
                 clause, cause = checks.diagnose_typed(screens[0], typed.text, typed.chunks, typed.uid)
         tail = "\n".join(f"    | {row}" for row in screens[0].rstrip("\n").split("\n")[-30:])
+        if not echo_kept and clause == "send.text-literal":
+            clause, cause = "read.output-shows", ("it never showed (the command prints more than the history "
+                                                  "holds: what remains of its echo tells nothing of the text)")
     named = causes.text_causes(typed.chunks) if typed is not None and clause == "send.text-literal" else ()
     triggers = tuple(c for c in named if c in steering.TRIGGERS)
     if may_go_on and clause == "send.text-literal":
@@ -161,8 +167,8 @@ def run_command(world: World, agent: Agent, ref: PairRef, shell: Shell, cmd: str
                 return True
         return False
 
-    if poll_screen(world, agent, ref, done, f"{what} output {token}", first, typed if echo_kept else None,
-                   may_go_on=True) is None or lost:
+    if poll_screen(world, agent, ref, done, f"{what} output {token}", first, typed, may_go_on=True,
+                   echo_kept=echo_kept) is None or lost:
         resync(world, agent, ref, shell)
         return
     shell.rows += 2 * (len(cmd) // 70 + 2) + cmd.count("\n") * 2

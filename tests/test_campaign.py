@@ -260,8 +260,8 @@ def test_a_campaign_finds_each_planted_bug_once_writes_its_repro_and_keeps_going
     assert data["programs"] > 10
     junit = _junit(report_dir)
     # one test case per finding, named by its key (its clause, and its cause where it names one)
-    assert {n for n, o in junit.items() if o == "failed"} == {f["key"] for f in found.values()}
-    assert all(f["key"] == f["clause"] + (f"@{f['cause']}" if f["cause"] else "") for f in found.values())
+    assert {n for n, o in junit.items() if o == "failed"} == {f["key"] for f in data["failures"]}
+    assert all(f["key"] == f["clause"] + (f"@{f['cause']}" if f["cause"] else "") for f in data["failures"])
     assert "passed" in junit.values()
     md = (report_dir / "report.md").read_text()
     assert "# Campaign report: FAILED" in md and "## Clauses" in md

@@ -295,3 +295,22 @@ def test_a_fixed_deviation_is_stale_and_fails_the_campaign_on_the_correct_stack(
     assert allowed.returncode == 0, allowed.stdout + allowed.stderr
     assert "(--allow-stale: not failing)" in allowed.stderr
     _nothing_left(run_root)
+
+
+def test_junit_has_one_case_per_finding_when_one_clause_is_broken_by_two_causes(tmp_path: Path) -> None:
+    """Issue 23: a clause broken by two causes is two findings, so two failed test cases named by their
+    keys; the suite's counts are those of the cases it holds (junit readers check them)."""
+    clause = "send.text-literal"
+    failures = [{"clause": clause, "cause": cause, "key": f"{clause}@{cause}", "message": f"{clause}: {cause}",
+                 "first_seen_s": 1.0} for cause in ("semicolon-edge", "long-text")]
+    state = _state({**_held("send.sent"), "probe: on": 40}, failures=failures)
+    claims = {f["key"]: {"clause": clause, "cause": f["cause"]} for f in failures}
+    write_reports(build_report(10, 10, 1, [state], claims, [], [], target="direct"), tmp_path)
+    suite = ET.parse(tmp_path / "junit.xml").getroot()
+    cases = list(suite.iter("testcase"))
+    names = [c.get("name") for c in cases]
+    assert len(names) == len(set(names)) and int(suite.get("tests", "0")) == len(cases)
+    failed = {c.get("name") for c in cases if c.find("failure") is not None}
+    assert failed == {f"{clause}@semicolon-edge", f"{clause}@long-text"}
+    assert int(suite.get("failures", "0")) == 2 and clause not in names
+    assert set(CLAUSES) - {clause} <= set(names)

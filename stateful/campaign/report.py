@@ -254,7 +254,6 @@ def junit(report: CampaignReport) -> ET.ElementTree:
     for name, case_name, f in cases:
         verdict = verdicts[name].verdict if name in verdicts else "failed"
         case = ET.SubElement(suite, "testcase", classname="stateful.campaign.clauses", name=case_name, time="0")
-        case = ET.SubElement(suite, "testcase", classname="stateful.campaign.clauses", name=name, time="0")
         if name in verdicts:
             ET.SubElement(ET.SubElement(case, "properties"), "property", name="contract",
                           value=contract_link(verdicts[name].section))
