@@ -383,7 +383,8 @@ def plan(ops: Sequence[Op], clause: str) -> Plan:
         if broke:
             final = block
         else:  # the checks after a turn that need more than its outputs
-            after = _after_turn(agent, block, run[-1], clause, last=all(o.kind == "events" for o in ops[j + 1:]))
+            after = _after_turn(agent, block, run[-1], clause,
+                                last=all(o.kind == "events" or _telling_cause(o, run[-1], clause) for o in ops[j + 1:]))
             blocks += after
             final = block if block.final else next((b for b in after if b.final), None)
         i = j + 1
@@ -393,6 +394,14 @@ def plan(ops: Sequence[Op], clause: str) -> Plan:
         raise NoPlainForm(f"the recorded turns show no step that breaks {clause} in a way a plain test can assert "
                           "(the machine found it by a check with no plain form yet)")
     return Plan(clause, terminals, blocks[: blocks.index(final) + 1], len(agents))
+
+
+def _telling_cause(op: Op, failed: Op, clause: str) -> bool:
+    """Whether ``op`` is the read the rows check made, within the failing step, to tell the failure's
+    cause (``after_turn.scrollback_cause``: the same read with a scrollback of 1000): no step of the
+    program, so the turn before it is still the last one."""
+    return (clause == "read.rows-exact" and op.kind == "turn" and op.step == failed.step
+            and all(c.tool == READ for step in op.steps for c in step))
 
 
 def _turn(agent: _Agent, run: list[Op], clause: str, *, is_last: bool) -> tuple[Block, bool]:

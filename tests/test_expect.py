@@ -167,3 +167,18 @@ def test_a_list_polled_until_an_exited_pair_went_is_polled_so_by_the_repro_too()
     text = written(ops, "view.terminals", [START[1], exit_shell[1], later[1]])
     assert f"        if all([(lambda out: {settled.expr})(outs[0][0])]):\n            break" in text
     assert "    for _ in polled(POLL_DEADLINE):" in text  # two turns at least, the last begun after the deadline
+
+
+def test_a_rows_repro_holds_the_big_read_not_the_read_that_told_its_cause() -> None:
+    """Issue 23: the rows check of a read with a scrollback over 1000 reads once more with 1000 to tell
+    the failure's cause, in the same program step. That read is no step of the program: the repro's
+    rows block is the big read's turn (a CI run wrote the read of 1000 as the failing step, and the
+    repro passed against the faulty server)."""
+    scroll = (2, "state.scroll(index=0)")
+    big, of_1000 = (Call(READ, json.dumps({"terminal": "bash", "session": "main", "scrollback": n})) for n in (9000, 1000))
+    shown = [json.dumps({"terminal": "bash:main", "screen": "\n" * 24, "scrollback_lines": n}) for n in (9000, 1000)]
+    ops = [*opening(), turn(scroll, [[big]], [[shown[0]]]), turn(scroll, [[of_1000]], [[shown[1]]])]
+    blocks = plan(ops, "read.rows-exact").blocks
+    final = blocks[-1]
+    assert final.kind == "rows" and final.final and final.steps == [[big]]
+    assert all(of_1000 not in step for b in blocks for step in b.steps)
