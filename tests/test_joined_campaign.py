@@ -25,7 +25,7 @@ from stateful.campaign import joined as joined_module
 from stateful.campaign import seen
 from stateful.campaign.database import redis_client
 from stateful.campaign.deviations import Deviation
-from stateful.campaign.joined import JoinError, join, joined_report
+from stateful.campaign.joined import JoinError, join, joined_report, unmatched_orphans
 from stateful.campaign.seen import RedisSeen, campaign_prefix
 from stateful.campaign.report import FAILURE_KEYS
 from stateful.clauses import CLAUSES
@@ -215,9 +215,6 @@ def test_two_joined_processes_make_one_campaign_each_fault_claimed_once(
 
 
 @pytest.mark.proof
-@pytest.mark.xfail(reason="issue 26 + 23 together: the killed process's claim, kept as an orphan under the clause "
-                          "alone, is reported beside the survivor's clause@cause finding (one bug, two entries)",
-                   strict=False)
 def test_a_process_killed_mid_shrink_leaves_its_finding_to_another(run_root: Path, tmp_path: Path, redis_url: str) -> None:
     """SIGKILL to the process whose worker is shrinking the finding: its heartbeat stops, the other
     process gives its claim back, meets the fault again, claims it and reports it shrunk."""
@@ -313,3 +310,16 @@ def test_an_interrupted_process_leaves_the_report_to_those_still_running(redis_u
     report = joined_report(redis_url, "c8")
     assert report.interrupted  # a process searched less than its budget: no verdict of a pass
     assert [f["clause"] for f in report.failures] == ["send.sent"]
+
+
+@pytest.mark.parametrize(("orphan", "keys", "kept"), [
+    ("read.scrollback-type", ["read.scrollback-type@bool-scrollback"], False),  # claimed bare, shrunk to a cause
+    ("read.scrollback-type@bool-scrollback", ["read.scrollback-type"], False),  # claimed with a cause, shrunk bare
+    ("send.text-literal@long-text", ["send.text-literal@long-text"], False),
+    ("send.text-literal@long-text", ["send.text-literal@semicolon-edge"], True),  # two causes: two bugs
+    ("read.rows-exact", ["read.history"], True),
+])
+def test_an_orphan_is_the_finding_of_its_clause_unless_their_causes_differ(orphan: str, keys: list[str], kept: bool) -> None:
+    """Issue 26 with 23: the killed process claimed by its unshrunk program, the survivor reported by
+    its shrunk one; the report names the bug once."""
+    assert (orphan in unmatched_orphans({orphan: {}}, dict.fromkeys(keys, {}))) is kept

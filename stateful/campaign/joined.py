@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from stateful.campaign.deviations import Deviation
+from stateful.causes import split_key
 from stateful.campaign.report import CampaignReport, build_report
 from stateful.campaign.seen import TAKE_OVER, RedisSeen, campaign_prefix
 
@@ -257,6 +258,18 @@ def open_campaign(url: str, name: str) -> dict[str, Any]:
     return dict(json.loads(raw))
 
 
+def unmatched_orphans(orphans: Mapping[str, Any], keys: Mapping[str, Any]) -> dict[str, Any]:
+    """The orphans (claims of dead processes) that are no finding of ``keys`` (claimed or reported
+    since): an orphan of a clause with a finding is that finding unless both name causes, and
+    different ones. A claim is named by its unshrunk program and a finding by its shrunk one, so one
+    bug claimed by a process killed mid-shrink and reported by the process that took it over may
+    carry ``clause@cause`` on one side and the bare clause on the other: it is one finding."""
+    def matched(orphan: str) -> bool:
+        clause, cause = split_key(orphan)
+        return any(split_key(k)[0] == clause and (cause is None or split_key(k)[1] in (None, cause)) for k in keys)
+    return {k: v for k, v in orphans.items() if not matched(k)}
+
+
 def joined_report(url: str, name: str) -> CampaignReport:
     """The report of the whole campaign ``name``: every finding once (as its process reported it, else
     as claimed), the counts of every worker of every process summed, who found what."""
@@ -269,7 +282,8 @@ def joined_report(url: str, name: str) -> CampaignReport:
     findings = {k.decode(): json.loads(v) for k, v in client.hgetall(prefix + "findings").items()}
     seen = RedisSeen(client, name, owner="", host="")
     orphans = {k.decode(): json.loads(v) for k, v in client.hgetall(seen.orphans_key).items()}
-    claims = {**orphans, **seen.claims(), **findings}
+    live = {**seen.claims(), **findings}
+    claims = {**unmatched_orphans(orphans, live), **live}
     finished = {k.decode(): json.loads(v) for k, v in client.hgetall(prefix + "finished").items()}
     still = running(client, name)
     ended = max([float(f["at"]) for f in finished.values()] + ([_server_time(client)] if still or not finished else []))
