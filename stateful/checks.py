@@ -287,6 +287,20 @@ def text_difference(typed: str, echoed: str, chunks: Sequence[str] = ()) -> str 
     return "; ".join(parts) + more
 
 
+def last_line_typed(typed: str, chunks: Sequence[str]) -> tuple[str, tuple[str, ...]]:
+    """The last line of a command typed over several lines, and the parts of the sends' texts that
+    typed it: what a screen shows of a command whose earlier lines were read by another program (a
+    heredoc's body, printed back between the lines) is its last line, the one with its marker id."""
+    last = typed.rsplit("\n", 1)[-1]
+    start, end, at, parts = len(typed) - len(last), len(typed), 0, []
+    for chunk in chunks:
+        lo, hi = max(start, at), min(end, at + len(chunk))
+        if hi > lo:
+            parts.append(chunk[lo - at:hi - at])
+        at += len(chunk)
+    return last, tuple(parts)
+
+
 def diagnose_typed(screen: str, typed: str, chunks: Sequence[str], uid: str | None) -> tuple[str, str]:
     """(clause, explanation) for a command whose output never showed: the text did not arrive as
     written, or it arrived but was never submitted, or it ran and its output did not show.
@@ -298,6 +312,11 @@ def diagnose_typed(screen: str, typed: str, chunks: Sequence[str], uid: str | No
         return "read.output-shows", (f"the command {_quoted(typed)} ran and its output showed, but no row "
                                      "(the program's next prompt) ever followed it")
     found = typed_echo(screen, typed, uid)
+    if found is None and "\n" in typed:
+        last, parts = last_line_typed(typed, chunks)
+        clause, why = diagnose_typed(screen, last, parts, uid)
+        if clause != "read.output-shows":
+            return clause, f"{why} (in the last line of the {typed.count(chr(10)) + 1} lines typed)"
     if found is None:
         return "read.output-shows", f"the screen does not show the command {_quoted(typed)} that was typed"
     echoed, ran = found

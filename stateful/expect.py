@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from stateful import checks, plain_checks
+from stateful import causes, checks, plain_checks
 from stateful.clauses import ContractViolation
 from stateful.model import (
     PANE_ROWS, Call, ERR_KEYS, ERR_MALFORMED, ERR_NOT_OBJECT, ERR_SCROLLBACK, ERR_SESSION, ERR_TERMINAL, ERR_TEXT, Life,
@@ -384,7 +384,7 @@ def plan(ops: Sequence[Op], clause: str) -> Plan:
             final = block
         else:  # the checks after a turn that need more than its outputs
             after = _after_turn(agent, block, run[-1], clause,
-                                last=all(o.kind == "events" or _telling_cause(o, run[-1], clause) for o in ops[j + 1:]))
+                                last=_is_last(ops[j + 1:], run[-1], clause))
             blocks += after
             final = block if block.final else next((b for b in after if b.final), None)
         i = j + 1
@@ -396,12 +396,22 @@ def plan(ops: Sequence[Op], clause: str) -> Plan:
     return Plan(clause, terminals, blocks[: blocks.index(final) + 1], len(agents))
 
 
-def _telling_cause(op: Op, failed: Op, clause: str) -> bool:
-    """Whether ``op`` is the read the rows check made, within the failing step, to tell the failure's
-    cause (``after_turn.scrollback_cause``: the same read with a scrollback of 1000): no step of the
-    program, so the turn before it is still the last one."""
-    return (clause == "read.rows-exact" and op.kind == "turn" and op.step == failed.step
-            and all(c.tool == READ for step in op.steps for c in step))
+def _is_last(after: Sequence[Op], turn: Op, clause: str) -> bool:
+    """Whether ``turn`` is the program's last: only looks at the events follow it, or, for the rows
+    clause, the one read the rows check made right after it to tell the failure's cause
+    (``after_turn.scrollback_cause``: the same read of the same pair with a scrollback of 1000, in the
+    same step), which is no step of the program."""
+    rest = [o for o in after if o.kind != "events"]
+    if not rest:
+        return True
+    if clause != "read.rows-exact" or len(rest) != 1 or rest[0].kind != "turn" or rest[0].step != turn.step:
+        return False
+    calls = [c for step in rest[0].steps for c in step]
+    if len(calls) != 1 or calls[0].tool != READ or (_args(calls[0]) or {}).get("scrollback") != causes.BIG_SCROLLBACK:
+        return False
+    big = [c for step in turn.steps for c in step if c.tool == READ and addressed_pair(c) == addressed_pair(calls[0])
+           and isinstance(s := (_args(c) or {}).get("scrollback"), int) and s > causes.BIG_SCROLLBACK]
+    return bool(big)
 
 
 def _turn(agent: _Agent, run: list[Op], clause: str, *, is_last: bool) -> tuple[Block, bool]:

@@ -105,3 +105,17 @@ def test_polls_that_see_nothing_new_are_folded_into_one_line(monkeypatch: pytest
         "turn 38 (agent 0): " + repr(read), f"  {read!r} -> 'changed'",
     ]
     assert transcript.lines == noted  # kept for a violation that never comes back (stateful.run_record)
+
+
+def test_a_semicolon_lost_in_the_last_line_of_a_heredoc_is_named() -> None:
+    """Issue 23's ``unfinished`` rule: a heredoc's body is printed back between the lines typed, so
+    the whole command is never shown as one echo; its last line (with the marker) still tells that
+    the `;` at the end of a send was dropped (trailing-semicolon's hunt said output never showed)."""
+    typed = "UF2\nUF_END\n" + MARKER
+    chunks = ["UF2\nUF_END\nset +H;", MARKER[len("set +H;"):]]
+    shown = screen(PROMPT + "cat <<'UF_END'", "> UF2", "> UF_END", " echo -E MK_$((6*7))_" + UID, "UF2",
+                   PROMPT + "set +H echo -E MK_$((6*7))_" + UID, PROMPT.rstrip())
+    clause, why = checks.diagnose_typed(shown, typed, chunks, UID)
+    assert clause == "send.text-literal", why
+    assert "`;`" in why and "last line of the 3 lines typed" in why
+    assert checks.last_line_typed(typed, chunks) == (MARKER, ("set +H;", MARKER[len("set +H;"):]))

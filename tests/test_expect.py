@@ -177,8 +177,13 @@ def test_a_rows_repro_holds_the_big_read_not_the_read_that_told_its_cause() -> N
     scroll = (2, "state.scroll(index=0)")
     big, of_1000 = (Call(READ, json.dumps({"terminal": "bash", "session": "main", "scrollback": n})) for n in (9000, 1000))
     shown = [json.dumps({"terminal": "bash:main", "screen": "\n" * 24, "scrollback_lines": n}) for n in (9000, 1000)]
-    ops = [*opening(), turn(scroll, [[big]], [[shown[0]]]), turn(scroll, [[of_1000]], [[shown[1]]])]
+    visible = Call(READ, json.dumps({"terminal": "bash", "session": "main", "scrollback": 0}))
+    shown_visible = json.dumps({"terminal": "bash:main", "screen": "\n" * 24, "scrollback_lines": 0})
+    # as the scroll rule makes them: a read of the visible rows first, then the big read (the step's
+    # earlier read-only turns are no cause-telling read: the first of them is not the last turn)
+    ops = [*opening(), turn(scroll, [[visible]], [[shown_visible]]), turn(scroll, [[big]], [[shown[0]]]),
+           turn(scroll, [[of_1000]], [[shown[1]]])]
     blocks = plan(ops, "read.rows-exact").blocks
     final = blocks[-1]
-    assert final.kind == "rows" and final.final and final.steps == [[big]]
+    assert final.kind == "rows" and final.final and final.steps == [[big]] and blocks[-2].steps == [[visible]]
     assert all(of_1000 not in step for b in blocks for step in b.steps)
