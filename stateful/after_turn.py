@@ -21,17 +21,18 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hypothesis import event, note, reject
 
 from stateful import causes, checks, conversation, meter
-from stateful.clauses import deviate, fail
+from stateful.clauses import deviate, fail, tolerated
 from stateful.model import (
     HELD_WITH,
     NAMED_KEYS,
     PANE_ROWS,
+    TOLERABLE,
     Call,
     ContractViolation,
     Judgement,
@@ -129,6 +130,9 @@ def judge_outputs(ctx: TurnContext, index: int) -> list[Judgement]:
     """Step ``index``'s outputs against the model (:func:`stateful.model.judge_step`); the model
     moves on to the state they imply."""
     calls, outs = ctx.steps[index], ctx.outputs[index]
+    known = tolerated(TOLERABLE)  # what the model may go past: each noted one is held to deviate() below
+    if ctx.agent.model.tolerated != known:
+        ctx.agent.model = replace(ctx.agent.model, tolerated=known)
     try:
         judgements = judge_step(ctx.agent.model, calls, outs)
     except ContractViolation as exc:
@@ -142,6 +146,11 @@ def judge_outputs(ctx: TurnContext, index: int) -> list[Judgement]:
             fail(scope[0], scope[1], *str(failure).split("\n"), where)
         failure.args = (f"{failure}\n{where}",)
         raise failure
+    for call, output, judgement in zip(calls, outs, judgements):
+        for clause, why in judgement.noted:  # a known deviation, or the failure it would have been
+            deviate(clause, f"{call!r} -> {clip(output)}: {why}",
+                    f"  where: turn {ctx.number}, step {index} of agent {ctx.agent.index} on {ctx.world.target.where}",
+                    causes=causes.call_causes(clause, call.tool, call.arguments))
     if judgements:
         ctx.agent.model = judgements[0].model
     for judgement in judgements:

@@ -25,7 +25,7 @@ from typing import NoReturn
 from stateful import causes as causes_
 
 __all__ = ["CLAUSES", "Clause", "ContractViolation", "Deviations", "clause", "violation", "fail", "clause_of",
-           "deviate", "know", "deviations", "GOES_ON"]
+           "deviate", "know", "deviations", "tolerated", "GOES_ON"]
 
 
 class ContractViolation(AssertionError):
@@ -148,6 +148,8 @@ GOES_ON: dict[str, str] = {
     "view.terminals": "the second view is not part of the model's state: noted, the rest checked as usual",
     "send.text-literal": "the shell's state is unknown: it is resynchronised (interrupted, a fresh marker "
                          "awaited), or the pair is closed and launched again",
+    "list.registered": "a row of a pair this session never launched (another session's, one closed) is noted and "
+                       "left out; the rest of the list is checked as usual (a live pair missing still ends it)",
 }
 """The clauses a program can go on past once their violation is known, and how (docs/campaigns.md)."""
 for _id, _how in GOES_ON.items():
@@ -220,6 +222,14 @@ def know(allowed: Iterable[str] = (), findings: Iterable[str] = ()) -> None:
     each program; ``pytest stateful/ --allow`` once)."""
     global _run
     _run = Deviations(frozenset(allowed), frozenset(findings))
+
+
+def tolerated(clause_ids: Iterable[str]) -> frozenset[str]:
+    """Those of ``clause_ids`` that the run knows in some form (allowed, or a finding of the clause
+    claimed): where the model can, it notes their violations instead of raising, and the caller
+    holds each to :func:`deviate`, which fails it unless it is that known finding (its cause too)."""
+    known = {causes_.split_key(k)[0] for k in _run.findings} | set(_run.allowed)
+    return frozenset(c for c in clause_ids if c in known)
 
 
 def deviations() -> Deviations:

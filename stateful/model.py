@@ -39,6 +39,7 @@ __all__ = [
     "PairState",
     "Instance",
     "SessionModel",
+    "TOLERABLE",
     "Judgement",
     "judge",
     "judge_step",
@@ -192,6 +193,10 @@ class SessionModel:
     commands: tuple[tuple[str, str], ...] = ()
     """``command`` that list showed first for each terminal name (must stay the same)."""
     next_order: int = 0
+    tolerated: frozenset[str] = frozenset()
+    """Clauses whose violations the run knows (a campaign's claimed and allowed ones) and that the
+    judge notes instead of raising, where it can keep the model exact past them
+    (:data:`TOLERABLE`): the caller decides whether each noted one is known (``clauses.deviate``)."""
 
     def pair(self, terminal: str, session: str) -> PairState | None:
         for p in self.pairs:
@@ -235,6 +240,13 @@ class Judgement:
     """The parsed output."""
     clause: str = ""
     """The clause the output was held to (``python -m stateful clauses``): what the run exercised."""
+    noted: tuple[tuple[str, str], ...] = ()
+    """Violations the judge went past (``SessionModel.tolerated``): ``(clause, why)`` each."""
+
+
+TOLERABLE = frozenset({"list.registered"})
+"""Clauses the judge can go past: a list row of a pair this session never launched (another
+session's, or one closed) is noted and left out, and the rest of the list is checked as usual."""
 
 
 HELD_WITH: dict[str, tuple[str, ...]] = {
@@ -615,12 +627,16 @@ def _judge_list(model: SessionModel, value: Any) -> Judgement:
         raise _Reject("list.baseline", f"list must start with the baseline {list(model.baseline)} (what the first list showed)")
     commands = dict(model.commands)
     rest = value[nb:]
+    noted: list[tuple[str, str]] = []
     seen: dict[tuple[str, str], dict[str, Any]] = {}
     last = -1
     pinned: dict[tuple[str, str], tuple[int, ...]] = {}
     for entry in rest:
         key = (entry["terminal"], entry["session"])
         pair = model.pair(*key)
+        if pair is None and "list.registered" in model.tolerated:
+            noted.append(("list.registered", f"list shows {key[0]}:{key[1]}, which is not registered in this session"))
+            continue
         if pair is None:
             raise _Reject("list.registered", f"list shows {key[0]}:{key[1]}, which is not registered in this session")
         if entry["tmux_socket"] != pair.socket:
@@ -659,7 +675,7 @@ def _judge_list(model: SessionModel, value: Any) -> Judgement:
     label = f"list: {min(len(rest), 3)}{'+' if len(rest) > 3 else ''} pairs"
     if labels:
         label = "list: exited pair " + "/".join(sorted(set(labels)))
-    return Judgement(m, label, value, "list.registered")
+    return Judgement(m, label, value, "list.registered", tuple(noted))
 
 
 # --- several calls in one reply -----------------------------------------------------------------
@@ -734,6 +750,7 @@ def _explain(model: SessionModel, group: list[int], calls: Sequence[Call],
     else:
         orders = itertools.permutations(group)
     best: tuple[int, ContractViolation] | None = None
+    noting: tuple[int, dict[int, Judgement]] | None = None  # an order explained only by going past something
     for order in orders:
         m = model
         found: dict[int, Judgement] = {}
@@ -746,7 +763,15 @@ def _explain(model: SessionModel, group: list[int], calls: Sequence[Call],
             if best is None or len(found) > best[0]:
                 best = (len(found), exc)
             continue
-        return found
+        noted = sum(len(j.noted) for j in found.values())
+        if not noted:
+            return found
+        # a list judged before the launch it shows would "show an unregistered pair": an order that
+        # needs no deviation is the one that happened, if there is one
+        if noting is None or noted < noting[0]:
+            noting = (noted, found)
+    if noting is not None:
+        return noting[1]
     assert best is not None
     return _Unexplained(best[1])
 

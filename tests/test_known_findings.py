@@ -5,6 +5,7 @@ clauses.deviate, the campaign's gate)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +15,10 @@ from stateful import after_turn, causes, clauses
 from stateful.campaign import seen
 from stateful.campaign.gate import Gate, failure_key
 from stateful.clauses import ContractViolation, clause_of, deviate, fail, violation
+from stateful.model import judge, judge_step
 from stateful.world import READ
 from tests.test_after_turn import FakeSession, call, outside_hypothesis, world_with  # noqa: F401 (fixture)
+from tests.test_model import EMPTY, c, entry, launched, out, with_pair
 
 
 @pytest.fixture(autouse=True)
@@ -119,7 +122,7 @@ def test_only_clauses_that_declare_how_to_go_on_can_be_gone_past() -> None:
     with pytest.raises(AssertionError, match="declares no way to go on"):
         deviate("launch.result", "x")
     assert {c.id for c in clauses.CLAUSES.values() if c.goes_on} == set(clauses.GOES_ON)
-    assert "read.rows-exact" in clauses.GOES_ON and "list.registered" not in clauses.GOES_ON
+    assert "read.rows-exact" in clauses.GOES_ON and "launch.result" not in clauses.GOES_ON
 
 
 def rows_context(rows: int, scrollback: int, held: int, exact_below: int | None = None, short: int = 0) -> Any:
@@ -222,3 +225,76 @@ def test_a_known_finding_steers_away_from_its_own_cause_only(tmp_path: Path) -> 
     g.ignored = seen.claimed(g.seen_dir)
     assert g._ignores(violation("send.text-literal", "lost ;", triggers=("semicolon-edge",)))
     assert seen.avoided(g.seen_dir) == {"semicolon-edge"}
+
+
+# -- a list that shows pairs nobody launched here (the judge goes past them) ---------------------------
+
+def test_a_known_list_of_unregistered_pairs_is_noted_and_the_rest_checked() -> None:
+    """Issue 23: a server whose list shows other sessions' terminals meets list.registered in every
+    program; once known, the rows are noted and left out, and the rest of the list is still held to
+    the contract (a live pair it misses still ends the program)."""
+    base = with_pair()
+    other = entry("bash", "theirs", "/s/t")
+    shows = out([entry("bash", "a", "/s/a"), other])
+    with pytest.raises(ContractViolation) as unknown:
+        judge(base, c("list"), shows)
+    assert clause_of(unknown.value) == "list.registered"
+    tolerant = replace(base, tolerated=frozenset({"list.registered"}))
+    judged = judge(tolerant, c("list"), shows)
+    assert judged.noted == (("list.registered", "list shows bash:theirs, which is not registered in this session"),)
+    assert judged.model.pair("bash", "a") is not None and judged.model.pair("bash", "theirs") is None
+    with pytest.raises(ContractViolation) as missing:  # the rest is checked as usual
+        judge(tolerant, c("list"), out([other]))
+    assert clause_of(missing.value) == "list.registered" and "misses the live pair" in str(missing.value)
+    with pytest.raises(ContractViolation) as fields:
+        judge(tolerant, c("list"), out([entry("bash", "a", "/s/wrong"), other]))
+    assert clause_of(fields.value) == "list.fields"
+
+
+def test_concurrent_calls_are_explained_by_an_order_that_needs_no_deviation_first() -> None:
+    """A list in one reply with a launch that it shows: judged before the launch it would "show an
+    unregistered pair"; the order that happened (launch, then list) needs no deviation and wins."""
+    tolerant = replace(EMPTY, tolerated=frozenset({"list.registered"}))
+    calls = [c("list"), c("launch", terminal="bash", session="a")]
+    judged = judge_step(tolerant, calls, [out([entry("bash", "a", "/s/a")]), launched("bash", "a", "/s/a")])
+    assert all(j.noted == () for j in judged) and judged[0].model.pair("bash", "a") is not None
+
+
+def test_judging_goes_past_a_list_deviation_only_where_the_run_knows_it() -> None:
+    """after_turn holds each noted row to deviate(): known (allowed, or a claimed finding of the
+    clause with the same cause) it is counted; otherwise it fails as before."""
+    shows = out([entry("bash", "theirs", "/s/t")])
+    world, agent = world_with(FakeSession(lambda _call: json.loads(shows)))
+    ctx = after_turn.TurnContext(world, agent, 1, [[c("list")]], [[shows]], {}, frozenset())
+    with pytest.raises(ContractViolation) as unknown:
+        after_turn.judge_outputs(ctx, 0)
+    assert clause_of(unknown.value) == "list.registered"
+    clauses.know(allowed=["list.registered"])
+    after_turn.judge_outputs(ctx, 0)
+    assert clauses.deviations().met == {"list.registered": 1}
+    clauses.know(findings=["list.registered@server-terminals"])  # another cause: a new finding
+    with pytest.raises(ContractViolation):
+        after_turn.judge_outputs(ctx, 0)
+
+
+def test_a_program_goes_on_past_a_stale_list_row_on_the_direct_target() -> None:
+    """End to end: the planted closed-still-listed keeps a closed pair's row; once list.registered
+    is known, the program lists, launches and lists again past it (and fails at once when not)."""
+    from stateful.machine import MachineConfig, TerminalMachine
+    from stateful.minimize import replay_program
+    from stateful.reference import faults
+    from stateful.targets.fresh import fresh_target
+
+    program = ["pairs_0 = state.start(terminal='bash', name='main')", "state.close(pair=pairs_0, deco=Decoration())",
+               "state.list_terminals(agent=0, deco=Decoration())",
+               "pairs_1 = state.launch(agent=0, copies=1, terminal='sh', name='other', deco=Decoration())",
+               "state.list_terminals(agent=0, deco=Decoration())"]
+    with faults.activated("closed-still-listed"), fresh_target("direct") as target:
+        machine = type("StaleRows", (TerminalMachine,), {})
+        machine.bind(target, MachineConfig())
+        failure = replay_program(machine, program)
+        assert failure is not None and clause_of(failure) == "list.registered", failure
+        clauses.know(allowed=["list.registered"])
+        failure = replay_program(machine, program)
+        assert failure is None, f"{type(failure).__name__}: {failure}"
+        assert clauses.deviations().met["list.registered"] >= 2
