@@ -148,6 +148,10 @@ GOES_ON: dict[str, str] = {
     "view.terminals": "the second view is not part of the model's state: noted, the rest checked as usual",
     "send.text-literal": "the shell's state is unknown: it is resynchronised (interrupted, a fresh marker "
                          "awaited), or the pair is closed and launched again",
+    "items.pagination": "the items the machine judges are fetched in pages of 1000; a walk in small pages that "
+                        "loses or repeats items (or whose first_id/last_id are not a page's ends) is noted and the "
+                        "program goes on with those (a page that is no page, or an empty one that says has_more, "
+                        "still ends it)",
     "list.registered": "a row of a pair this session never launched (another session's, one closed) is noted and "
                        "left out; the rest of the list is checked as usual (a live pair missing still ends it)",
 }

@@ -298,3 +298,26 @@ def test_a_program_goes_on_past_a_stale_list_row_on_the_direct_target() -> None:
         failure = replay_program(machine, program)
         assert failure is None, f"{type(failure).__name__}: {failure}"
         assert clauses.deviations().met["list.registered"] >= 2
+
+
+def test_a_program_goes_on_past_a_known_pagination_gap_on_the_sessions_target() -> None:
+    """The planted items-page-gap loses items in small pages: the machine's items come in pages of
+    1000, so once items.pagination is known the program goes on (and fails at once when not)."""
+    from stateful.machine import MachineConfig, TerminalMachine
+    from stateful.minimize import replay_program
+    from stateful.reference import faults
+    from stateful.targets.fresh import fresh_target
+
+    program = ["pairs_0 = state.start(terminal='bash', name='main')",
+               *["state.list_terminals(agent=0, deco=Decoration())"] * 6,
+               "pairs_1 = state.launch(agent=0, copies=1, terminal='sh', name='other', deco=Decoration())",
+               *["state.list_terminals(agent=0, deco=Decoration())"] * 6]
+    with faults.activated("items-page-gap"), fresh_target("sessions") as target:
+        machine = type("PageGaps", (TerminalMachine,), {})
+        machine.bind(target, MachineConfig())
+        failure = replay_program(machine, program)
+        assert failure is not None and clause_of(failure) == "items.pagination", failure
+        clauses.know(allowed=["items.pagination"])
+        failure = replay_program(machine, program)
+        assert failure is None, f"{type(failure).__name__}: {failure}"
+        assert clauses.deviations().met["items.pagination"] >= 1

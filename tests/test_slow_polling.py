@@ -167,10 +167,11 @@ def test_a_walks_pages_are_asked_at_once_and_a_page_that_differs_is_walked_again
     one_by_one: list[int] = []
     walk = HttpSession._walk
 
-    def counted(self: HttpSession, path: str, after: str | None, sizes: Any, enough: int | None = None) -> Any:
+    def counted(self: HttpSession, path: str, after: str | None, sizes: Any, enough: int | None = None,
+                beside: bool = False) -> Any:
         if enough is not None:  # the walk one page after the other (the items' own fetch has no ``enough``)
             one_by_one.append(enough)
-        return walk(self, path, after, sizes, enough)
+        return walk(self, path, after, sizes, enough, beside)
 
     monkeypatch.setattr(HttpSession, "_walk", counted)
     with EmbeddedStack(latency=0.03) as stack:

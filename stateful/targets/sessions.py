@@ -70,7 +70,7 @@ from stateful.e2e import (
     unique_name,
 )
 from stateful import meter
-from stateful.clauses import fail
+from stateful.clauses import deviate, fail
 from stateful.model import EventView
 from stateful.recording import Recorder
 from stateful.reference.bundle import build_bundle
@@ -281,24 +281,27 @@ class HttpSession(AgentSession):
             at += params["limit"]
 
         def walk() -> None:
-            pages = [self._t.page(self._page, path, params) for params, _ in plan]
+            pages = [self._t.page(self._page, path, params, True) for params, _ in plan]
             answers = [answer.result() for answer in pages]
             if all(_as_planned(data, more, ids, last=n == len(plan) - 1)
                    for n, ((data, more), (_, ids)) in enumerate(zip(answers, plan))):
                 return
-            paged = [i.get("id") for i in self._walk(path, start, itertools.cycle(sizes), enough=len(listed))]
+            paged = [i.get("id") for i in self._walk(path, start, itertools.cycle(sizes), enough=len(listed),
+                                                      beside=True)]
             if paged[: len(listed)] != listed:  # items recorded meanwhile (an exit's event) may follow
                 lost = [i for i in listed if i not in paged]
                 dup = len(paged) - len(set(paged))
-                fail("items.pagination",
-                     "items pagination is not exact (following after=last_id while has_more must yield every "
-                     f"item once, in order): {len(paged)} items in small pages vs {len(listed)} in pages of 1000; "
-                     f"first lost: {lost[:3]}, duplicates: {dup}")
+                # the items the machine judges came in pages of 1000 (``listed``): past a known
+                # deviation of the small pages, the program goes on with those
+                deviate("items.pagination",
+                        "items pagination is not exact (following after=last_id while has_more must yield every "
+                        f"item once, in order): {len(paged)} items in small pages vs {len(listed)} in pages of 1000; "
+                        f"first lost: {lost[:3]}, duplicates: {dup}")
 
         return walk
 
     def _walk(self, path: str, after: str | None, sizes: Iterator[int],
-              enough: int | None = None) -> list[dict[str, Any]]:
+              enough: int | None = None, beside: bool = False) -> list[dict[str, Any]]:
         """Every item after ``after`` (all, if None), following ``after=last_id`` while ``has_more``
         with page sizes from ``sizes`` (or until it holds ``enough`` of them: a walk beside a turn
         leaves that turn's items to the next walk)."""
@@ -308,7 +311,7 @@ class HttpSession(AgentSession):
             params: dict[str, Any] = {"order": "asc", "limit": next(sizes)}
             if cursor is not None:
                 params["after"] = cursor
-            data, more = self._page(path, params)
+            data, more = self._page(path, params, beside)
             items.extend(data)
             if data:
                 cursor = data[-1]["id"]
@@ -318,14 +321,17 @@ class HttpSession(AgentSession):
                 fail("items.pagination", f"GET items {params}: an empty page says has_more")
         return items
 
-    def _page(self, path: str, params: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
-        """One page of items and whether it says ``has_more``; its own shape checked (§2.7)."""
+    def _page(self, path: str, params: dict[str, Any], beside: bool = False) -> tuple[list[dict[str, Any]], bool]:
+        """One page of items and whether it says ``has_more``; its own shape checked (§2.7). A page
+        of a walk ``beside`` the items the machine judges may deviate past a known violation (ends
+        that are not its ends); one that is no page never."""
         page = self._get(path, **params)
         data = page.get("data") if isinstance(page, Mapping) else None
         if not isinstance(data, list):
             fail("items.pagination", f"GET items: 'data' is not a list: {page!r}"[:800])
         if data and (page.get("last_id") != data[-1].get("id") or page.get("first_id") != data[0].get("id")):
-            fail("items.pagination", f"GET items {params}: first_id/last_id do not name the page's ends")
+            (deviate if beside else fail)("items.pagination",
+                                          f"GET items {params}: first_id/last_id do not name the page's ends")
         return data, bool(page.get("has_more"))
 
     # -- turns ------------------------------------------------------------------------------------
