@@ -90,6 +90,8 @@ def test_the_first_process_sets_the_deadline_and_the_rules_of_the_campaign(redis
     assert abs(later.deadline - first.deadline) < 0.5 and abs(first.deadline - first.started - 60.0) < 0.01
     with pytest.raises(JoinError, match="every process of a campaign gives the same --allow"):
         join(redis_url, "c3", 60.0, [], [])
+    with pytest.raises(JoinError, match="every process of a campaign searches the same target"):
+        join(redis_url, "c3", 60.0, ["read.scrollback-type"], [], target="direct")
     client = redis_client(redis_url)
     assert 0 < client.ttl(campaign_prefix("c3") + "meta") <= joined_module.KEEP_S  # old campaigns disappear
     assert client.pttl(campaign_prefix("c3") + f"alive:{first.owner}") > 0
@@ -155,6 +157,16 @@ def test_the_last_process_to_finish_is_the_one_that_reports(redis_url: str) -> N
     assert report.campaign is not None
     assert [p["status"] for p in report.campaign["processes"]] == ["done", "done"] and not report.interrupted
     assert report.deviations == deviation  # the first process's deviations: their why is in the report
+
+
+def test_a_joined_reports_verdicts_are_those_of_its_target(redis_url: str) -> None:
+    """A campaign of direct-target processes: the sessions API's clauses are not exercised, and the
+    verdict says why (the joined report used to judge every campaign as a sessions one)."""
+    one = join(redis_url, "c8", 60.0, [], [], target="direct")
+    assert one.finish(interrupted=False)
+    verdicts = {v.id: v for v in joined_report(redis_url, "c8").clauses}
+    assert verdicts["items.pagination"].verdict == "not-exercised"
+    assert "--target direct has no sessions API" in verdicts["items.pagination"].why
 
 
 # -- whole campaigns -------------------------------------------------------------------------------------

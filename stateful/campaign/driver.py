@@ -135,7 +135,8 @@ def run(args: argparse.Namespace) -> int:
             return _report_joined(args)
         deviations, external = _check(args)
         allowed = sorted(set(args.allow) | {d.clause for d in deviations})
-        joined = join(args.join, args.campaign, args.budget, allowed, deviations) if args.join else None
+        joined = (join(args.join, args.campaign, args.budget, allowed, deviations,
+                       target="sessions" if external else args.target) if args.join else None)
     except (UsageError, JoinError) as exc:
         print(f"python -m stateful campaign: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

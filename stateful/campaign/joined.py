@@ -217,8 +217,10 @@ def running(client: Any, name: str) -> list[str]:
     return [m for m in members if m not in finished and client.exists(prefix + f"alive:{m}")]
 
 
-def join(url: str, name: str, budget: float, allowed: Sequence[str], deviations: Sequence[Deviation]) -> Joined:
-    """Join campaign ``name`` (starting it, with this budget, if this process is the first), or JoinError."""
+def join(url: str, name: str, budget: float, allowed: Sequence[str], deviations: Sequence[Deviation],
+         target: str = "sessions") -> Joined:
+    """Join campaign ``name`` (starting it, with this budget, if this process is the first), or JoinError.
+    Every process of a campaign searches the same kind of target (its report's verdicts depend on it)."""
     from stateful.campaign.database import redis_client
 
     client = redis_client(url)
@@ -228,7 +230,7 @@ def join(url: str, name: str, budget: float, allowed: Sequence[str], deviations:
     now = _server_time(client)
     offset = time.time() - now
     first = {"started": now, "deadline": now + budget, "budget": budget, "allowed": sorted(allowed),
-             "deviations": [asdict(d) for d in deviations], "first": owner}
+             "deviations": [asdict(d) for d in deviations], "first": owner, "target": target}
     client.set(prefix + "meta", json.dumps(first), nx=True, ex=KEEP_S)
     meta = json.loads(client.get(prefix + "meta"))
     if now >= meta["deadline"]:
@@ -239,6 +241,9 @@ def join(url: str, name: str, budget: float, allowed: Sequence[str], deviations:
         raise JoinError(f"--campaign {name}: its first process allowed {meta['allowed'] or 'no clause'}, this one "
                         f"{sorted(allowed) or 'no clause'}: every process of a campaign gives the same --allow and "
                         "--deviations")
+    if meta.get("target", "sessions") != target:
+        raise JoinError(f"--campaign {name}: its first process searches the {meta.get('target', 'sessions')} target, "
+                        f"this one {target}: every process of a campaign searches the same target")
     joined = Joined(client, url, name, owner, host, meta, offset)
     pipe = client.pipeline()
     pipe.sadd(prefix + "members", owner)
@@ -292,7 +297,8 @@ def joined_report(url: str, name: str) -> CampaignReport:
     deviations = [Deviation(**d) for d in meta.get("deviations", [])]
     report = build_report(float(meta["budget"]), max(0.0, ended - float(meta["started"])), len(states), counted, claims,
                           deviations, meta["allowed"], steered=seen.avoided(),
-                          interrupted=any(f.get("status") == "interrupted" for f in finished.values()))
+                          interrupted=any(f.get("status") == "interrupted" for f in finished.values()),
+                          target=str(meta.get("target", "sessions")))
     members = sorted(m.decode() for m in client.smembers(prefix + "members"))
     report.campaign = {
         "name": name,
