@@ -147,7 +147,7 @@ class Joined:
             pipe.hset(self.prefix + "states", f"{self.owner}/{index}",
                       json.dumps({**state, "failures": failures, "host": self.host, "owner": self.owner}))
             for failure in failures:
-                pipe.hsetnx(self.prefix + "findings", failure["clause"], json.dumps(failure))
+                pipe.hsetnx(self.prefix + "findings", failure.get("key") or failure["clause"], json.dumps(failure))
         for key in ("meta", "members", "states", "findings", "finished", "claims", "claim-log", "avoid", "orphans",
                     "reporter"):
             pipe.expire(self.prefix + key, KEEP_S)
