@@ -230,7 +230,7 @@ def test_a_campaign_finds_each_planted_bug_once_writes_its_repro_and_keeps_going
     report_dir, repros = tmp_path / "report", tmp_path / "repros"
     result, wall = campaign(run_root, "--target", "direct", "--budget", f"{budget}s", "--workers", "2",
                             "--shrink-budget", str(shrink), "--repro-dir", str(repros), "--db", str(tmp_path / "db"),
-                            "--report", str(report_dir), faults=",".join(FAULTS))
+                            "--report", str(report_dir), faults=",".join(FAULTS), timeout=budget + STOP_GRACE + 60)
     record_property("wall_s", round(wall, 1))
     assert result.returncode == 1, result.stdout + result.stderr
     assert wall <= budget + STOP_GRACE + 10, f"{wall:.0f} s for a {budget} s budget"
