@@ -223,7 +223,14 @@ def test_a_known_finding_steers_away_from_its_own_cause_only(tmp_path: Path) -> 
     assert seen.avoided(g.seen_dir) == frozenset()
     assert seen.claim(g.seen_dir, "send.text-literal@semicolon-edge", {})
     g.ignored = seen.claimed(g.seen_dir)
-    assert g._ignores(violation("send.text-literal", "lost ;", triggers=("semicolon-edge",)))
+    lost = violation("send.text-literal", "lost ;", triggers=("semicolon-edge",))
+    assert g._ignores(lost)
+    # claimed by another worker, not reported yet: it may be given back (its shrunk program may name
+    # another cause), and a campaign steered away from `;` for good would never meet the bug again
+    # (an 8-minute campaign of issue 23 missed trailing-semicolon so)
+    assert seen.avoided(g.seen_dir) == frozenset()
+    g.done = {"send.text-literal@semicolon-edge"}  # reported: now it steers, its own cause only
+    assert g._ignores(lost)
     assert seen.avoided(g.seen_dir) == {"semicolon-edge"}
 
 

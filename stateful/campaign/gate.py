@@ -198,13 +198,15 @@ class Gate:
         match = known_by(clause, getattr(error, "causes", ()), self.others())
         if match is not None:
             self.repeats[match] += 1
-            self.steer_away(error, match)
+            if match in self.done:  # reported (another worker's report steered when it was made)
+                self.steer_away(error, match)
             return True
         if key in self.run_claims or clause in {split_key(k)[0] for k in self.run_claims}:
             return False  # the finding this search shrinks (its cause may change while it does)
         if not seen.claim(self.seen_dir, key, self._claim_info(error)):
+            # claimed by another worker, which may still give it back (its shrunk program may name
+            # another cause, or fail no more): only its report steers
             self.repeats[key] += 1
-            self.steer_away(error, key)
             return True
         self.run_claims.add(key)
         return False
@@ -217,7 +219,8 @@ class Gate:
             (self.known if key in self.allowed else self.repeats)[key] += count
             example = met.examples[key]
             self.examples.setdefault(key, first_line(example))
-            self.steer_away(example, None if key in self.allowed else key)
+            if key in self.allowed or key in self.done:  # a claim not yet reported steers nothing
+                self.steer_away(example, None if key in self.allowed else key)
         clauses.know()
 
     def steer_away(self, error: BaseException, finding: str | None = None) -> None:
