@@ -277,6 +277,18 @@ def rows_exact(ctx: TurnContext, call: Call, judgement: Judgement) -> None:
     exercised("read.rows-exact")
 
 
+def _look_again(ctx: TurnContext, steps: Sequence[Sequence[Call]]) -> list[list[str]]:
+    """A turn a check makes to look once more (not judged by the checks: it is no step of the
+    program), still counted where every turn is: the run's turns, the transcript, and the agent
+    session's conversation, which it grows like any other (the conversation budget)."""
+    world = ctx.world
+    world.turns += 1
+    outputs = ctx.agent.session.run_turn(steps, step_timeout=world.cfg.step_timeout)
+    world.transcript.add(world.turns, ctx.agent.index, steps, outputs)
+    count_conversation(world, ctx.agent, steps, outputs)
+    return outputs
+
+
 def _rows_headline(call: Call, rows: int, held: int, lines: Any) -> str:
     return (f"{call!r} -> {rows} rows: the pane holds {held} lines of history (tmux), so a read with scrollback "
             f"{lines} holds min(N, H) + {PANE_ROWS} = {min(lines, held) + PANE_ROWS} rows")
@@ -292,7 +304,7 @@ def scrollback_cause(ctx: TurnContext, call: Call, lines: Any, socket: str, held
     if not isinstance(lines, int) or lines <= causes.BIG_SCROLLBACK:
         return ()
     again = Call(READ, json.dumps({**json.loads(call.arguments), "scrollback": causes.BIG_SCROLLBACK}))
-    outputs = ctx.agent.session.run_turn([[again]], step_timeout=ctx.world.cfg.step_timeout)
+    outputs = _look_again(ctx, [[again]])
     try:
         screen = json.loads(outputs[0][0])["screen"]
     except (ValueError, LookupError, TypeError):

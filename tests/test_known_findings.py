@@ -162,6 +162,21 @@ def test_a_scrollback_over_1000_is_the_cause_only_where_a_read_of_1000_is_exact(
         after_turn.rows_exact(ctx, read, judgement)
 
 
+def test_the_read_that_tells_the_cause_is_counted_as_a_turn_of_the_conversation() -> None:
+    """The check's read of 1000 is no step of the program, but the server's conversation grows by it
+    like by any turn: it is counted there (the conversation budget, issue 27) and in the transcript."""
+    ctx, read, judgement = rows_context(rows=24, scrollback=9000, held=1500, exact_below=1000)
+    type(ctx.world.target).carries_conversation = True  # as the sessions target: its turns carry one
+    try:
+        turns, before = ctx.world.turns, ctx.agent.conversation
+        with pytest.raises(ContractViolation):
+            after_turn.rows_exact(ctx, read, judgement)
+    finally:
+        del type(ctx.world.target).carries_conversation
+    assert ctx.world.turns == turns + 1 and ctx.agent.conversation > before + 1000 * 2
+    assert '"scrollback": 1000' in "\n".join(ctx.world.transcript.lines)
+
+
 def test_a_capped_scrollback_is_told_apart_even_where_every_read_is_also_one_row_short() -> None:
     # both faults at once: a big read shows no history, a read of 1000 one row too few: the size
     # changes the failure, so the size is its cause
