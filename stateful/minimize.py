@@ -309,8 +309,12 @@ def reproduced(machine: type, failure: BaseException, tries: int = REPRODUCE_TRI
 
     * the program Hypothesis reported in the notes (its final replay's) is replayed step by step on
       ``machine`` (bound to the target that failed), up to ``tries`` times;
-    * without one (Hypothesis stopped in its search or shrinking, before any final replay), or if no
-      replay failed again: the choices of the run that failed (read from its traceback) and of the
+    * without one (Hypothesis stopped in its search or shrinking, before any final replay): the program
+      as the run that raised the violation ran it (the machine's own record,
+      :mod:`stateful.run_record`; the shortest such run), replayed the same way. A replay of a program
+      is immune to what ends Hypothesis's own replays of a race (a run that goes otherwise than the
+      one it replays draws other choices: ``FlakyStrategyDefinition``);
+    * without either, or if no replay failed again: the choices of the run that failed (read from its traceback) and of the
       ``EARLIER_RUNS`` smallest ``earlier`` failing runs of the search (:func:`failing_run`) are given
       back to Hypothesis as saved examples and Hypothesis replays them and shrinks on from the first
       that fails, with ``hypothesis_settings`` (the settings of the run that failed; the loaded
@@ -329,7 +333,7 @@ def reproduced(machine: type, failure: BaseException, tries: int = REPRODUCE_TRI
     clauses = _clauses(failure)
     runs = sorted({run.choices: run for run in earlier}.values(), key=lambda run: len(run.choices))[:EARLIER_RUNS]
     wanted = clauses | {run.clause for run in runs}
-    program, choices = _program(failure), _choices(failure, clauses)
+    program, choices = _program(failure) or _recorded_program(machine, failure, clauses), _choices(failure, clauses)
     corpus = ([choices] if choices is not None else []) + [run.choices for run in runs]
     outcomes: list[str] = []
     replays = resumes = 0
@@ -415,6 +419,26 @@ def _clauses(failure: BaseException) -> set[str]:
 def _program(failure: BaseException) -> list[str]:
     """The first program reported in the notes of ``failure`` or an exception within it."""
     return next((program for error in _parts(failure) if (program := repro.reported_program(error))), [])
+
+
+def _recorded_program(machine: type, failure: BaseException, clauses: Collection[str]) -> list[str]:
+    """The shortest program that a run raising a violation of ``clauses`` within ``failure`` ran, as
+    the machine recorded it (:mod:`stateful.run_record`), with the ``state = ...()`` and
+    ``state.teardown()`` lines a reported program has; [] if none has a record. The recorded steps are
+    printed from the drawn arguments (never from a server's output), and each is checked by
+    :func:`repro.check_step` all the same: a record holding any other line is not replayed."""
+    programs: list[list[str]] = []
+    for error in _parts(failure):
+        record = run_record.record_of(error)
+        if clause_of(error) not in clauses or record is None or not record.steps:
+            continue
+        try:
+            programs.append([repro.check_step(step) for step in record.steps])
+        except repro.UnsafeStep:
+            continue
+    if not programs:
+        return []
+    return [f"state = {machine.__name__}()", *min(programs, key=len), "state.teardown()"]
 
 
 def _choices(failure: BaseException, clauses: Collection[str]) -> tuple[Any, ...] | None:

@@ -7,8 +7,10 @@ machine keeps its own record while it runs (every rule and invariant call, print
 prints a step: ``pairs_0 = state.start(name='main', terminal='bash')``), and its teardown attaches
 that record, with the run's transcript and the last screens, to the violation that ended the run.
 
-The record is data, never code: it is shown in reports (each step as it ran), never parsed back
-into a program (a replay's program comes from Hypothesis's notes, checked by ``repro.check_step``).
+The record holds the drawn arguments only (a server's outputs go to the transcript, quoted). It is
+shown in reports (each step as it ran), and where Hypothesis left no program (it stopped at a replay of
+a race that went otherwise) ``minimize.reproduced`` replays it, each line checked by
+``repro.check_step`` first, as every line that is run or written as code is.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from contextlib import contextmanager
 
 import pytest
 
+from stateful import minimize, run_record
 from stateful.clauses import clause_of
 from stateful.machine import MachineConfig, TerminalMachine
 from stateful.minimize import (
@@ -236,6 +237,7 @@ def test_reproduced_resumes_hypothesis_from_a_run_with_no_reported_program(monke
         clause = clause_of(violation)
         assert clause in ("list.baseline", "list.order"), violation
         violation.__notes__ = []  # as a violation of the search's runs comes: no program printed
+        setattr(violation, run_record.RECORD_ATTRIBUTE, None)  # nor a record of it (else that is replayed first)
         flaky = FlakyFailure("Inconsistent results from replaying a test case!",
                              [violation, FlakyStrategyDefinition("The second run drew more data than the first run.")])
         with shrink_budget(60, 5):
@@ -247,6 +249,38 @@ def test_reproduced_resumes_hypothesis_from_a_run_with_no_reported_program(monke
         assert any("resumed search 1 after it failed again" in str(note) for note in again.__notes__)
         bare = FlakyFailure("flaky", [AssertionError("not a contract violation")])
         assert reproduced(machine, bare) is bare
+
+
+def test_reproduced_replays_the_recorded_program_when_hypothesis_reported_none() -> None:
+    """Hypothesis stopped in its search or shrinking (a replay of a race went otherwise than the run
+    it replayed, so it drew other choices): no program is in the notes and resuming Hypothesis meets
+    the same flakiness. The violation's own record of the program as it ran is replayed step by step
+    instead, outside Hypothesis, until it breaks the clause again (the outputs-completion-order hunt
+    of a CI run ended with ten resumed searches, each a FlakyStrategyDefinition, and no program)."""
+    from hypothesis import HealthCheck, Phase, settings
+    from hypothesis.errors import FlakyFailure, FlakyStrategyDefinition
+    from hypothesis.stateful import run_state_machine_as_test
+
+    quick = settings(max_examples=20, stateful_step_count=6, derandomize=True, deadline=None, database=None,
+                     phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+    with machine_with_fault("scrollback-bool") as machine:
+        with pytest.raises(AssertionError) as caught:
+            run_state_machine_as_test(machine, settings=quick)
+        violation = caught.value
+        record = run_record.record_of(violation)
+        assert record is not None and record.steps, "the machine's teardown attaches what the run did"
+        violation.__notes__ = []  # as a violation of the search's runs comes: no program printed
+        violation.__traceback__ = None  # and no choices to resume Hypothesis from: only the record is left
+        flaky = FlakyFailure("Inconsistent results from replaying a test case!",
+                             [violation, FlakyStrategyDefinition("Inconsistent data generation!")])
+        again = reproduced(machine, flaky, tries=2)
+        assert again is not violation and clause_of(again) == "read.scrollback-type", again
+        assert any("replay 1 after it failed again" in str(note) for note in again.__notes__), again.__notes__
+        assert reported_program(again) == [f"state = {machine.__name__}()", *record.steps, "state.teardown()"]
+        hostile = type(violation)("a record holding a line that is no step")  # never run, never written
+        run_record.attach(hostile, run_record.RunRecord((*record.steps, "state.teardown(open('x', 'w').close())"), (), ()))
+        assert clause_of(hostile) == "read.scrollback-type"
+        assert minimize._recorded_program(machine, hostile, {"read.scrollback-type"}) == []
 
 
 def test_reproduced_resumes_from_the_earlier_failing_runs_of_the_search() -> None:
