@@ -45,7 +45,7 @@ from stateful.model import (
     reconcile_events,
     resource_id_fits,
 )
-from stateful.targets.base import StepTimeout
+from stateful.targets.base import SESSIONS_API, StepTimeout
 from stateful.world import DECLARED, LIST, READ, SEND, Agent, Shell, World, clip, exercised
 
 __all__ = ["TurnContext", "AFTER_CALL", "AFTER_TURN", "run_turn", "count_conversation", "check_view", "await_gone"]
@@ -389,7 +389,7 @@ def ground_truth(ctx: TurnContext) -> None:
 def coverage(ctx: TurnContext) -> None:
     """Not a check: the sessions target checks every turn's items and their pagination as it reads them,
     and the status and shape of every answer of the sessions API it reads them from."""
-    if ctx.world.target.name == "sessions":
+    if SESSIONS_API in ctx.world.target.observes:
         exercised("items.pagination", "items.calls", "api.status")
 
 

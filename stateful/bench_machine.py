@@ -33,13 +33,12 @@ from dataclasses import dataclass, replace
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
-from stateful import meter, steering
+from stateful import meter, profiles, steering
 from stateful.machine import MachineConfig, TerminalMachine
 from stateful.targets.base import Target
-from stateful.targets.fresh import fresh_target
+from stateful.targets.registry import KINDS, Server, open_target
 
 TIME_KINDS = ("http", "mock configure", "terminal", "sleep")
 """Prefixes of the meter's kinds that are the tester's thread waiting (the division of a step's time)."""
@@ -59,37 +58,17 @@ class Run:
 
 def _ci(programs: int) -> tuple[settings, MachineConfig]:
     """The ci profile's settings (first ``programs`` programs, generation only) and MachineConfig."""
-    previous = settings.get_current_profile_name()
-    from stateful import conftest as machine_conftest
-
-    settings.load_profile(previous)
+    config = profiles.machine_config("ci")  # registers the profiles (none is loaded)
     chosen = settings(settings.get_profile("ci"), database=None, max_examples=programs,
                       phases=[Phase.explicit, Phase.generate], print_blob=False)
-    return chosen, machine_conftest.MACHINE_CONFIGS["ci"]
+    return chosen, config
 
 
-@dataclass(frozen=True)
-class Server:
-    """A running server to measure (``--server-url``, ``--mock-llm-url``, ``--runner-id``)."""
-
-    server_url: str
-    mock_llm_url: str
-    runner_id: str
-
-
-@contextmanager
-def _target(kind: str | Server, latency: float) -> Iterator[Target]:
-    if not isinstance(kind, Server):
-        with fresh_target(kind, latency) as target:
-            yield target
-        return
-    from stateful.targets.sessions import SessionsTarget
-
-    target = SessionsTarget(kind.server_url, kind.mock_llm_url, kind.runner_id)
-    try:
-        yield target
-    finally:
-        target.close()
+def _target(kind: str | Server, latency: float) -> AbstractContextManager[Target]:
+    """A fresh target of ``kind``, or a sessions target reaching a running server."""
+    if isinstance(kind, Server):
+        return open_target("sessions", kind)
+    return open_target(kind, latency=latency)
 
 
 def run_programs(kind: str | Server, latency: float, programs: int, label: str,
@@ -176,9 +155,8 @@ def render(runs: list[Run]) -> str:
 def plan(options: argparse.Namespace) -> tuple[list[tuple[str | Server, float, str]], list[str]]:
     """The runs ``options`` ask for (target, latency, label), in order, and the triggers to avoid.
     Raises ``ValueError`` with one plain line for options that do not go together."""
-    known: dict[str, tuple[str | Server, float, str]] = {
-        "direct": ("direct", 0.0, "direct"), "sessions": ("sessions", 0.0, "sessions"),
-        "latency": ("sessions", options.latency_ms / 1000, f"sessions +{options.latency_ms:g} ms")}
+    known: dict[str, tuple[str | Server, float, str]] = {name: (name, 0.0, name) for name in KINDS}
+    known["latency"] = ("sessions", options.latency_ms / 1000, f"sessions +{options.latency_ms:g} ms")
     names = [n.strip() for n in options.machine_targets.split(",") if n.strip()]
     given = [options.server_url, options.mock_llm_url, options.runner_id]
     if any(given) and not all(given):

@@ -7,7 +7,8 @@ suite included, so by itself it brings only the §6 fixtures and the target opti
 ``--profile``, the option §6 says such a suite defines itself, is left to it (pytest refuses an
 option added twice). ``-p no:stateful`` turns the plugin off.
 
-The machine's own options, fixtures and Hypothesis profiles (``stateful/conftest.py``) come only in a
+The machine's own options, fixtures and Hypothesis profiles (:mod:`stateful.pytest_machine`, which is
+``stateful/conftest.py``) come only in a
 run that collects the package, ``pytest --pyargs stateful``: pytest would import that conftest only
 while collecting, after parsing the command line, too late for ``--target``; loading it in every run
 would change the Hypothesis settings of the suite's own tests. So the plugin registers it before the
@@ -17,6 +18,7 @@ command line is parsed, under the name pytest gives that conftest, which pytest 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -27,8 +29,11 @@ NAME = "stateful"
 E2E = "stateful.e2e"
 """The name ``-p stateful.e2e`` and ``pytest_plugins = ["stateful.e2e"]`` register e2e by: registered
 under it, a later explicit load is a no-op instead of a second copy of every hook."""
-MACHINE = "stateful.conftest"
-"""The name ``-p stateful.conftest`` registers the machine's plugin by."""
+MACHINE = "stateful.pytest_machine"
+"""The machine's pytest plugin; ``-p stateful.pytest_machine`` registers it by this name (``-p
+stateful.conftest``, the same hooks as that folder's conftest, by that one)."""
+CONFTEST = str(Path(__file__).resolve().parent / "conftest.py")
+"""The name pytest gives ``stateful/conftest.py`` when it collects the package (its path)."""
 
 
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
@@ -45,12 +50,14 @@ def collects_package(args: Sequence[str], pyargs: bool) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
-    """In ``pytest --pyargs stateful``: the machine's conftest, registered as pytest will look it up."""
+    """In ``pytest --pyargs stateful``: the machine's plugin, registered under the name of the package's
+    conftest (which holds the same hooks), so that pytest finds it registered and loads no second copy."""
     namespace = early_config.known_args_namespace
     manager = early_config.pluginmanager
-    if not collects_package(namespace.file_or_dir or [], namespace.pyargs) or manager.has_plugin(MACHINE):
+    if not collects_package(namespace.file_or_dir or [], namespace.pyargs):
         return
-    from stateful import conftest
+    if any(manager.has_plugin(name) for name in (MACHINE, "stateful.conftest", CONFTEST)):
+        return
+    from stateful import pytest_machine
 
-    if conftest.__file__ and not manager.has_plugin(conftest.__file__):
-        manager.register(conftest, conftest.__file__)
+    manager.register(pytest_machine, CONFTEST)

@@ -8,7 +8,7 @@ of either kind (the machine's ``test_repro_<target>_<digest>.py`` or a plain
 ``test_<clause>_<digest>.py``), runs in its own pytest subprocess, so that one that breaks its
 interpreter or hangs cannot take the others with it, against the embedded stack (each run starts its
 own) or the server the options name. The subprocess loads only this package's plugins
-(``--noconftest -p stateful.e2e -p stateful.conftest``): a repro behaves the same wherever it lies,
+(``--noconftest -p stateful.e2e -p stateful.pytest_machine``): a repro behaves the same wherever it lies,
 and the plain ones find ``tests.e2e.conftest`` on ``PYTHONPATH`` (this project's, or the caller's
 working directory's). Exit status 0 only if every repro is fixed (a skipped one is not); 2 for bad input.
 """
@@ -128,7 +128,7 @@ def run_repro(path: Path, server: Sequence[str] = (), *, env: Mapping[str, str] 
     extra = [str(ROOT), os.getcwd(), child_env.get("PYTHONPATH", "")]
     child_env["PYTHONPATH"] = os.pathsep.join(p for p in extra if p)
     argv = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--noconftest",
-            "-p", "stateful.e2e", "-p", "stateful.conftest", "--rootdir", str(path.parent.resolve()),
+            "-p", "stateful.e2e", "-p", "stateful.pytest_machine", "--rootdir", str(path.parent.resolve()),
             str(path.resolve()), *server]
     started = time.monotonic()
     with tempfile.TemporaryFile() as sink:

@@ -179,7 +179,7 @@ Hypothesis shrank the failing program to the steps below; replaying it broke the
 
 Replay: `pytest stateful/` collects it where it was written (stateful/repros/); from the stateful
 project's root, `./dev replay <this file>` runs it wherever it is; in an environment where stateful is
-installed, `python -m pytest -p stateful.e2e -p stateful.conftest <this file>` from outside the project.
+installed, `python -m pytest -p stateful.e2e -p stateful.pytest_machine <this file>` from outside the project.
 Add the options for an external server if the target is one (`--server-url U --mock-llm-url M --runner-id R`).
 It fails while the bug is there and passes once it is fixed: keep it as a regression test.
 """

@@ -173,7 +173,7 @@ def test_the_campaign_keeps_the_database_key_of_the_machine() -> None:
     from hypothesis.stateful import get_state_machine_test
 
     from stateful.campaign.gate import Gate
-    from stateful.test_machine import DirectMachine
+    from stateful.targets.registry import DirectMachine
 
     plain = get_state_machine_test(DirectMachine, settings=settings())
     gated = get_state_machine_test(lambda: DirectMachine(), settings=settings())
@@ -520,11 +520,13 @@ def test_a_campaign_records_a_violation_that_never_came_back_as_a_failure_report
     worker.gate.run_claims.add("send.keys")
     flaky = FlakyFailure("Hypothesis found 1 distinct failures, but they were not reproduced", [seen_once])
 
-    worker.record_flaky(TerminalMachine, None, flaky, settings())  # no program, no run: nothing to replay
+    # no program in the notes, no run to resume: the recorded program is replayed (on a machine bound to
+    # nothing here, so no replay breaks the clause again)
+    worker.record_flaky(TerminalMachine, None, flaky, settings())
 
     [failure] = worker.failures
     assert failure["clause"] == "send.keys" and failure["reproduced"] is False and failure["repro"] is None
-    assert failure["message"].startswith("stateful: seen once, not reproduced in 0 replays: send.keys: payload output")
+    assert failure["message"].startswith("stateful: seen once, not reproduced in 10 replays: send.keys: payload output")
     assert "  state.payload(pair=pairs_0, payload='x')" in failure["report"]
     assert "The last screen read of sh:'main' of agent 0:\n  | $ echo" in failure["report"]
     saved = json.loads(state_path(tmp_path, 0).read_text())

@@ -17,7 +17,7 @@ from stateful.campaign.gate import failure_key
 from stateful.machine import TerminalMachine
 from stateful.model import Call
 from stateful.targets.base import ConversationTooLarge, TargetError
-from stateful.targets.fresh import fresh_target
+from stateful.targets.registry import open_target
 from stateful.targets.sessions import HttpSession, SessionsTarget
 from stateful.world import LIST
 
@@ -61,7 +61,7 @@ def ci_run() -> Iterator[tuple[meter.Meter, int, str]]:
             moved[0] += self.world.opened - opened
 
     failure = ""
-    with fresh_target("sessions", 0.0) as target:
+    with open_target("sessions") as target:
         CountedMachine.bind(target, config)
         with meter.metering() as totals:
             try:
@@ -104,7 +104,7 @@ def test_a_call_refused_for_its_size_is_a_tester_error_in_one_line(
         configure(self, tag, [{"error": error, "status_code": status}])
 
     monkeypatch.setattr(HttpSession, "_configure", refusing)
-    with fresh_target("sessions", 0.0) as target:
+    with open_target("sessions") as target:
         assert isinstance(target, SessionsTarget) and target.carries_conversation
         session = target.open_session()
         with pytest.raises(raised) as failed:

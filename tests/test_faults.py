@@ -58,7 +58,7 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import INITIALIZE_RULE_MARKER, RULE_MARKER, run_state_machine_as_test
 
-from stateful import workers
+from stateful import profiles, workers
 from stateful.bench_http import serve_process
 from stateful.clauses import CLAUSES, clause_of
 from stateful.machine import MachineConfig, TerminalMachine
@@ -69,7 +69,7 @@ from stateful.replay import clause_in, run_repro
 from stateful.repro import reported_program
 from stateful.shrinking import shrink_budget
 from stateful.targets.base import StepTimeout
-from stateful.targets.fresh import fresh_target
+from stateful.targets.registry import open_target
 
 ROOT = Path(__file__).resolve().parent.parent
 SHRINKS = 25
@@ -91,16 +91,10 @@ SHORTER_BY = 720.0
 
 
 def _ci_profile() -> tuple[settings, MachineConfig]:
-    """The ``ci`` profile as ``pytest stateful/`` loads it, with no example database.
-
-    Importing ``stateful.conftest`` registers every profile of ``hypothesis.ini`` (and loads its
-    default one): the previously loaded profile is restored so other tests are unaffected.
-    """
-    previous = settings.get_current_profile_name()
-    from stateful import conftest as machine_conftest
-
-    settings.load_profile(previous)
-    return settings(settings.get_profile("ci"), database=None), machine_conftest.MACHINE_CONFIGS["ci"]
+    """The ``ci`` profile as ``pytest stateful/`` loads it, with no example database (reading the
+    profiles registers them with Hypothesis; none is loaded, so other tests are unaffected)."""
+    config = profiles.machine_config("ci")
+    return settings(settings.get_profile("ci"), database=None), config
 
 
 CI_SETTINGS, CI_MACHINE = _ci_profile()
@@ -184,7 +178,7 @@ def hunt(kind: str, names: tuple[str, ...] = (), hypothesis_settings: settings =
     with shrink_budget(budget, shrinks):
         with ExitStack() as cleanup:
             with faults.activated(*names):
-                target = cleanup.enter_context(fresh_target(kind))
+                target = cleanup.enter_context(open_target(kind))
                 FaultHunt.bind(target, config)
                 try:
                     run_state_machine_as_test(FaultHunt, settings=hypothesis_settings)
@@ -223,7 +217,7 @@ def replay(fault: str, program: tuple[str, ...], plain_dir: Path, config: Machin
 
     error: BaseException | None = None
     with ExitStack() as cleanup, faults.activated(fault):  # the target is torn down after the fault is off
-        target = cleanup.enter_context(fresh_target("sessions"))
+        target = cleanup.enter_context(open_target("sessions"))
         FaultReplay.bind(target, config)
         error = replay_program(FaultReplay, program)
         if error is not None and clause_of(error):

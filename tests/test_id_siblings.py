@@ -13,7 +13,7 @@ import pytest
 from stateful.machine import MachineConfig, TerminalMachine
 from stateful.minimize import replay_program
 from stateful.reference import faults
-from stateful.targets.fresh import fresh_target
+from stateful.targets.registry import open_target
 
 _DECO = "Decoration(extra=(), ensure_ascii=False, spaced=False, shuffle=0)"
 BOTH = "refs=[pairs_0, pairs_1]"
@@ -44,7 +44,7 @@ class SiblingMachine(TerminalMachine):
 @pytest.fixture
 def sibling_machine() -> Iterator[type[SiblingMachine]]:
     """The machine bound to a fresh sessions target whose stack leaves the pair out of ``resource``."""
-    with faults.activated("unnamed-resources"), fresh_target("sessions") as target:
+    with faults.activated("unnamed-resources"), open_target("sessions") as target:
         machine = type("SiblingReplay", (SiblingMachine,), {"open_assignments": []})
         machine.bind(target, MachineConfig())
         yield machine

@@ -306,9 +306,9 @@ def _goes_past(fault: str, target_kind: str, clause: str, program: list[str], at
     from stateful.machine import MachineConfig, TerminalMachine
     from stateful.minimize import replay_program
     from stateful.reference import faults
-    from stateful.targets.fresh import fresh_target
+    from stateful.targets.registry import open_target
 
-    with faults.activated(fault), fresh_target(target_kind) as target:
+    with faults.activated(fault), open_target(target_kind) as target:
         machine = type("GoesPast", (TerminalMachine,), {})
         machine.bind(target, MachineConfig())
         failure = replay_program(machine, program)

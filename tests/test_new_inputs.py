@@ -12,7 +12,7 @@ from stateful.clauses import clause_of
 from stateful.machine import MachineConfig, TerminalMachine
 from stateful.minimize import replay_program
 from stateful.reference import faults
-from stateful.targets.fresh import fresh_target
+from stateful.targets.registry import open_target
 
 START = "pairs_0 = state.start(terminal='bash', name='main')"
 PLAN = "SendPlan(cuts=(), finish='default')"
@@ -21,7 +21,7 @@ DECO = "Decoration()"
 
 @pytest.fixture
 def direct_machine() -> Iterator[type[TerminalMachine]]:
-    with fresh_target("direct") as target:
+    with open_target("direct") as target:
         machine = type("InputsReplay", (TerminalMachine,), {})
         machine.bind(target, MachineConfig())
         yield machine

@@ -1,4 +1,5 @@
-"""stateful/hypothesis.ini and its loading by stateful/conftest.py (profiles dev, ci, nightly, repro, campaign)."""
+"""stateful/hypothesis.ini, its loading (stateful.profiles) and the default of the machine's pytest plugin
+(stateful.pytest_machine, which is stateful/conftest.py): profiles dev, ci, nightly, repro, campaign."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from hypothesis import Phase, settings
 
 @pytest.fixture
 def stateful_conftest() -> Iterator[object]:
-    """Import stateful/conftest.py (it loads 'dev'), then restore the profile these tests ran with."""
+    """Import the machine's pytest plugin (it loads 'dev'), then restore the profile these tests ran with."""
     previous = settings.get_current_profile_name()
-    module = importlib.import_module("stateful.conftest")
+    module = importlib.import_module("stateful.pytest_machine")
     try:
         yield module
     finally:
@@ -21,7 +22,9 @@ def stateful_conftest() -> Iterator[object]:
 
 
 def test_every_profile_is_registered(stateful_conftest: object) -> None:
-    configs = stateful_conftest.load_profiles()  # type: ignore[attr-defined]
+    from stateful.profiles import load_profiles
+
+    configs = load_profiles()
     assert set(configs) == {"dev", "ci", "nightly", "repro", "campaign"}
     for name in configs:
         profile = settings.get_profile(name)

@@ -82,7 +82,7 @@ def test_rendered_file_is_python_that_names_the_failure() -> None:
 def run_repro(path: Path, *, faults: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "STATEFUL_FAULTS": faults}
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "stateful.e2e", "-p", "stateful.conftest", str(path), "-q", "--poll-deadline", "5",
+        [sys.executable, "-m", "pytest", "-p", "stateful.e2e", "-p", "stateful.pytest_machine", str(path), "-q", "--poll-deadline", "5",
          "-p", "no:cacheprovider"],
         cwd=path.parent, env=env, capture_output=True, text=True, timeout=300,
     )
@@ -152,12 +152,12 @@ def quick_profile() -> Iterator[None]:
 
 
 def machine_run(target: Target, repro_dir: Path) -> BaseException:
-    """What ``stateful/test_machine.py::_run`` raises for ``target`` (it must fail)."""
-    from stateful.test_machine import _run
+    """What ``stateful/test_machine.py::run_machine`` raises for ``target`` (it must fail)."""
+    from stateful.test_machine import run_machine
 
     machine = type("FakeMachine", (TerminalMachine,), {})
     with pytest.raises(BaseException) as failure:
-        _run(machine, target, MachineConfig(probe=False), repro_dir)
+        run_machine(machine, target, MachineConfig(probe=False), repro_dir)
     return failure.value
 
 
@@ -179,7 +179,7 @@ def test_a_contract_violation_is_written_as_a_repro(quick_profile: None, tmp_pat
 ])
 def test_a_failure_of_the_target_is_reported_as_such_and_never_written(
         quick_profile: None, tmp_path: Path, error: TargetError) -> None:
-    from stateful.test_machine import NOT_WRITTEN
+    from stateful.pipeline import NOT_WRITTEN
 
     failure = machine_run(FakeTarget(failure=error), tmp_path)
     assert isinstance(failure, pytest.fail.Exception) and not failure.pytrace
@@ -347,9 +347,9 @@ def test_a_violation_that_never_comes_back_is_reported_whole_and_fails_the_run(
     empty one), its transcript and the last screens; no repro is written."""
     import functools
 
-    from stateful import minimize, test_machine
+    from stateful import minimize, pipeline
 
-    monkeypatch.setattr(test_machine, "reproduced", functools.partial(minimize.reproduced, tries=2))
+    monkeypatch.setattr(pipeline, "reproduced", functools.partial(minimize.reproduced, tries=2))
     target = rewriting_target(once_wrong(wrong_at=6))
     settings.register_profile("test-repro-once", max_examples=5, database=None, deadline=None, stateful_step_count=6)
     settings.load_profile("test-repro-once")
@@ -367,5 +367,5 @@ def test_a_violation_that_never_comes_back_is_reported_whole_and_fails_the_run(
     program = report[report.index("The program as it ran"):report.index("Its transcript")]
     assert "  pairs_0 = state.start(" in program and "  state.live_pairs_have_private_servers()" in program, report
     assert "turn 1 (agent 0): launch(" in report and "-> '['" in report, report
-    assert report.endswith(test_machine.NOT_REPRODUCED)
+    assert report.endswith(pipeline.NOT_REPRODUCED)
     assert list(tmp_path.iterdir()) == []

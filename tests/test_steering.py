@@ -130,7 +130,7 @@ def test_a_violation_keeps_its_triggers_across_processes() -> None:
 def test_the_server_terminals_rule_is_not_drawn_once_avoided(avoiding: None) -> None:
     from hypothesis.stateful import RULE_MARKER
 
-    from stateful.test_machine import DirectMachine
+    from stateful.targets.registry import DirectMachine
 
     rule = getattr(DirectMachine.server_made, RULE_MARKER)
     assert not all(holds(None) for holds in rule.preconditions)  # this precondition never looks at the machine

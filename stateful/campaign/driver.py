@@ -39,6 +39,7 @@ from stateful.campaign.progress import Progress, Totals
 from stateful.campaign.report import CampaignReport, build_report, write_reports
 from stateful.campaign.worker import WorkerConfig, state_path
 from stateful.workers import GRACE, end_all, interrupt_on_signals, interrupted_status, restore_signals, start_worker
+from stateful.targets.registry import kind
 
 __all__ = ["run"]
 
@@ -71,8 +72,8 @@ def _check(args: argparse.Namespace) -> tuple[list[Deviation], list[str] | None]
     if any(given):
         if not all(given):
             raise UsageError("--server-url, --mock-llm-url and --runner-id go together")
-        if args.target == "direct":
-            raise UsageError("--target direct runs in-process: it takes no --server-url")
+        if not kind(args.target).takes_server:
+            raise UsageError(f"--target {args.target} runs in-process: it takes no --server-url")
         from stateful.e2e import preflight
 
         problem = preflight(*given)

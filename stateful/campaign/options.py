@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 from stateful.arguments import conversation_budget, duration, milliseconds, positive_int, seconds
 from stateful.campaign.database import DEFAULT_DB
 from stateful.locations import default_repro_dir
+from stateful.targets.registry import KINDS
 
 __all__ = ["EXIT_USAGE", "add_parser", "duration"]
 
@@ -43,8 +44,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
                    help="how long the campaign runs, shrinking included (e.g. 90s, 20m, 1h; default 20m)")
     p.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1, metavar="N",
                    help="independent searches in parallel, each its own process (default: the number of cores)")
-    p.add_argument("--target", choices=("sessions", "direct"), default="sessions",
-                   help="sessions: the sessions API over HTTP (default); direct: the reference tools in-process")
+    p.add_argument("--target", choices=tuple(KINDS), default="sessions",
+                   help="; ".join(f"{k.name}: {k.summary}" for k in KINDS.values()) + " (default sessions)")
     p.add_argument("--server-url", metavar="U", help="an external contract server (with --mock-llm-url, --runner-id)")
     p.add_argument("--mock-llm-url", metavar="M")
     p.add_argument("--runner-id", metavar="R")

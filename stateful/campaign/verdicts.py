@@ -20,6 +20,8 @@ from typing import Any
 
 from stateful.campaign.deviations import Deviation
 from stateful.clauses import CLAUSES
+from stateful.targets.base import SESSIONS_API
+from stateful.targets.registry import KINDS
 
 __all__ = ["ClauseVerdict", "StaleEntry", "VERDICTS", "clause_verdicts", "contract_link", "exercised", "stale_entries"]
 
@@ -44,7 +46,8 @@ SECTION_ANCHORS = {
 (§2.7-§2.9 are items of §2's list, not headings: they link to §2)."""
 
 SESSIONS_ONLY = frozenset({"api.status", "items.pagination", "items.calls", "view.terminals"})
-"""Clauses only the sessions API shows: ``--target direct`` calls the tools in-process."""
+"""Clauses only the sessions API shows (a target that observes ``SESSIONS_API``; ``--target direct``
+calls the tools in-process)."""
 PROBED = frozenset({"read.rows-exact", "launch.server-runs", "close.nothing-left"})
 """Clauses checked against tmux and /proc (:mod:`stateful.targets.probe`): only where the server's
 tmux sockets are on this machine."""
@@ -121,8 +124,8 @@ def stale_entries(deviations: Sequence[Deviation], held: Mapping[str, int], met:
 
 def _not_exercised_why(clause: str, *, target: str, coverage: Mapping[str, int], steered: Iterable[str],
                        programs: int, interrupted: bool, elapsed: float) -> str:
-    if target == "direct" and clause in SESSIONS_ONLY:
-        return "the target cannot observe it: --target direct has no sessions API (use --target sessions)"
+    if clause in SESSIONS_ONLY and target in KINDS and SESSIONS_API not in KINDS[target].target.observes:
+        return f"the target cannot observe it: --target {target} has no sessions API (use --target sessions)"
     if clause in PROBED and not coverage.get(PROBE_ON):
         return ("the target cannot observe it: no tmux probe (the server's tmux sockets are not on this machine)"
                 if any(k.startswith("probe: off") for k in coverage) else

@@ -35,12 +35,11 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.errors import Flaky, HypothesisException, Unsatisfiable
 from hypothesis.stateful import get_state_machine_test
 
-from stateful import clauses, steering
+from stateful import pipeline, steering
 from stateful.causes import split_key
 from stateful.campaign import seen
 from stateful.campaign.database import open_db
 from stateful.campaign.gate import BudgetSpent, Gate, Resteer, failure_key, first_line
-from stateful.clauses import clause_of
 from stateful.observe import observing
 from stateful.workers import follow_parent, interrupt_on_signals
 
@@ -204,34 +203,28 @@ class Worker:
 
     def record(self, machine: type, target: Any, raised: BaseException) -> None:
         """Shorten, write out and record every failure of the search that this worker claimed."""
-        from stateful.minimize import invariants_of, rule_groups, shorter_failure
-        from stateful.repro import reported_program, write_repro
+        from stateful.minimize import invariants_of, rule_groups
+        from stateful.repro import reported_program
 
         for failure in _leaves(raised):
             key = self.claim_of(failure)
             if key is None or any(f["key"] == key for f in self.failures):
                 continue
-            shrunk = failure
             searched = time.time()
-            if clause_of(failure) and searched < self.config.deadline:
-                # replayed as its repro will run: going past nothing but the allowed clauses, so that a
-                # shorter program counts only if it fails by itself (not through another finding's resync)
-                clauses.know(self.gate.allowed)
-                try:
-                    shrunk = shorter_failure(machine, failure, deadline=self.config.deadline)
-                finally:
-                    clauses.know()
+            # replayed as its repro will run: going past nothing but the allowed clauses, so that a
+            # shorter program counts only if it fails by itself (not through another finding's resync)
+            shrunk = pipeline.shorten(machine, failure, deadline=self.config.deadline, allowed=sorted(self.gate.allowed))
             dropped = time.time()
             key = self.rename(key, shrunk)
             if key is None:
                 continue
             self.gate.steer_away(shrunk, key)  # the shrunk failure: the least input that provokes it
             program = reported_program(shrunk)
-            repro = None
-            plain = None
-            if self.config.repro_dir and program and clause_of(shrunk):
-                repro = str(write_repro(Path(self.config.repro_dir), target.name, shrunk))
-                plain = self.plain_repro(machine, target, shrunk)
+            written = pipeline.write(machine, target, shrunk, Path(self.config.repro_dir) if self.config.repro_dir else None,
+                                     deadline=self.config.deadline)
+            repro = None if written.repro is None else str(written.repro)
+            plain = str(written.plain) if written.plain is not None else (
+                None if written.no_plain is None else f"none: {written.no_plain}")
             claim = seen.info(self.gate.seen_dir, key)
             now = time.time()
             seen_at = self.config.started + float(claim.get("first_seen_s", searched - self.config.started))
@@ -245,7 +238,7 @@ class Worker:
                 "steps_shrunk": len(rule_groups(program, invariants_of(machine))) if program else None,
                 "shrink_s": round(now - seen_at, 1) if "first_seen_s" in claim else None,
                 "repro": repro, "plain": plain, "reproduced": True, "shrunk_s": round(now - self.config.started, 1), "shrink_split_s": split,
-                "report": _report(shrunk), "worker": self.index, "program": claim.get("program"),
+                "report": pipeline.report(shrunk), "worker": self.index, "program": claim.get("program"),
             })
             self.save()
 
@@ -283,13 +276,13 @@ class Worker:
         """A violation Hypothesis could not replay (``Flaky``), replayed as ``pytest stateful/`` does
         (``minimize.reproduced``, within the budget): a failure that came back is recorded as any
         other; one that did not is recorded all the same (it was seen), reported whole, with no repro."""
-        from stateful.minimize import reproduced, unreproduced_report, violations_in
+        from stateful.minimize import violations_in
 
-        again = reproduced(machine, flaky, hypothesis_settings=run_settings, deadline=self.config.deadline)
-        if again is not flaky:
-            self.record(machine, target, again)
+        settled = pipeline.settle(machine, flaky, run_settings, deadline=self.config.deadline)
+        if settled.failure is not flaky:
+            self.record(machine, target, settled.failure)
             return
-        report = unreproduced_report(flaky)
+        report = settled.unreproduced
         if report is None:
             self.notes.append(f"search {len(self.searches)} ended early: {type(flaky).__name__}: "
                               f"{str(flaky).splitlines()[0] if str(flaky) else ''}")
@@ -308,20 +301,6 @@ class Worker:
             })
             self.save()
 
-    def plain_repro(self, machine: type, target: Any, failure: BaseException) -> str | None:
-        """The failure as a plain seed-style test too (sessions target only, while there is time):
-        its path, or why there is none."""
-        from stateful.plain import NoPlainForm, write_plain_repro
-
-        if target.name != "sessions":
-            return None
-        if time.time() >= self.config.deadline:
-            return "none: the budget ended before it was written"
-        try:
-            return str(write_plain_repro(Path(self.config.repro_dir or "."), machine, target, failure))
-        except NoPlainForm as why:
-            return f"none: {why}"
-
 
 def _leaves(raised: BaseException) -> list[BaseException]:
     """The failures in what Hypothesis raised: one, or each of an exception group's (several distinct
@@ -331,45 +310,18 @@ def _leaves(raised: BaseException) -> list[BaseException]:
     return [raised]
 
 
-def _report(failure: BaseException) -> str:
-    """The failure as ``pytest stateful/`` reports it: its message and the program (notes)."""
-    notes = [str(n) for n in getattr(failure, "__notes__", ())]
-    return "\n".join([f"{type(failure).__name__}: {failure}", *notes])
-
-
 def open_target(config: WorkerConfig, stack: ExitStack) -> tuple[type, Any]:
-    """The machine class (bound) and its target, closed by ``stack``."""
-    from stateful.conftest import MACHINE_CONFIGS
-    from stateful.machine import MachineConfig
-    from stateful.test_machine import DirectMachine, SessionsMachine
-    import dataclasses
+    """The machine class of the target's kind (bound) and its target, closed by ``stack``."""
+    from stateful import profiles
+    from stateful.targets import registry
 
-    machine_config = MACHINE_CONFIGS.get(PROFILE, MachineConfig())
-    changes = {k: v for k, v in (("step_timeout", config.step_timeout), ("poll_deadline", config.poll_deadline),
-                                 ("conversation_budget", config.conversation_budget)) if v is not None}
-    machine_config = dataclasses.replace(machine_config, **changes)
-    target: Any
-    if config.target == "direct":
-        from stateful.targets.direct import DirectTarget
-
-        target = DirectTarget()
-        stack.callback(target.close)
-        machine: type = DirectMachine
-    else:
-        from stateful.targets.sessions import SessionsTarget
-
-        if config.external:
-            server_url, mock_llm_url, runner_id = config.external
-        else:
-            from stateful.reference.stack import EmbeddedStack
-
-            embedded = stack.enter_context(EmbeddedStack(latency=config.stack_latency))
-            server_url, mock_llm_url, runner_id = embedded.server_url, embedded.mock_llm_url, embedded.runner_id
-        target = SessionsTarget(server_url, mock_llm_url, runner_id)
-        stack.callback(target.close)
-        machine = SessionsMachine
-    machine.bind(target, machine_config)
-    return machine, target
+    machine_config = profiles.machine_config(PROFILE, step_timeout=config.step_timeout, poll_deadline=config.poll_deadline,
+                                             conversation_budget=config.conversation_budget)
+    kind = registry.kind(config.target)
+    server = registry.Server(*config.external) if config.external else None
+    target = stack.enter_context(kind.target.opened(server, config.stack_latency))
+    kind.machine.bind(target, machine_config)
+    return kind.machine, target
 
 
 def main(argv: list[str] | None = None) -> int:

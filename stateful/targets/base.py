@@ -14,13 +14,14 @@ Keeping execution behind this interface is what lets the same rules, model and c
 from __future__ import annotations
 
 import abc
+from contextlib import AbstractContextManager
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from stateful.model import Call, EventView
 
-__all__ = ["Call", "EventView", "Step", "AgentSession", "Target", "StepTimeout", "TargetError", "ServerError",
+__all__ = ["SESSIONS_API", "Server", "Call", "EventView", "Step", "AgentSession", "Target", "StepTimeout", "TargetError", "ServerError",
            "ConversationTooLarge"]
 
 Step = Sequence[Call]
@@ -96,12 +97,30 @@ class AgentSession(abc.ABC):
         """Delete the session: the server closes all of its terminals."""
 
 
+SESSIONS_API = "sessions-api"
+"""What a target observes when it reaches the server through the sessions API (CONTRACT §2): each turn's
+items and their pages, the answers' statuses, the ``/resources/terminals`` view. Its failures can be
+replayed as plain seed-style tests (CONTRACT §6)."""
+
+
+@dataclass(frozen=True)
+class Server:
+    """A running contract server and its mock LLM, as CONTRACT §6 names them."""
+
+    server_url: str
+    mock_llm_url: str
+    runner_id: str
+
+
 class Target(abc.ABC):
-    """A system under test."""
+    """A system under test. A kind of target is its class plus one line in
+    :data:`stateful.targets.registry.KINDS`; everything opens it through :meth:`opened`."""
 
     name: str
     where: str
     """Address for reports."""
+    observes: frozenset[str] = frozenset()
+    """What it observes besides the tools' outputs (:data:`SESSIONS_API`): what a run can judge there."""
     declared: Mapping[str, str]
     """Declared terminal name -> command line, as the agent spec declares them."""
     carries_conversation: bool = False
@@ -110,6 +129,16 @@ class Target(abc.ABC):
     events_with_calls: bool = False
     """Whether the target records a launch's created event and a close's deleted event before the
     call returns (the in-process registry does). Elsewhere they are polled for: §2.4 gives no bound."""
+
+    takes_server: bool = False
+    """It can reach a server given by URL (``--server-url``); else it runs its own system."""
+
+    @classmethod
+    def opened(cls, server: Server | None, latency: float) -> AbstractContextManager[Target]:
+        """A target reaching ``server`` (None: one of its own, on the reference stack, whose server
+        answers ``latency`` seconds late), closed with everything it started on exit. Every kind of
+        the registry has it (a test's fake target, built by hand, need not)."""
+        raise NotImplementedError(f"{cls.__name__} is opened by hand, not as a kind of target")
 
     @abc.abstractmethod
     def open_session(self) -> AgentSession:

@@ -15,14 +15,15 @@ import concurrent.futures as cf
 import threading
 import uuid
 from pathlib import Path
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 from stateful import meter
 from stateful.model import Call, EventView
 from stateful.reference.registry import ResourceEvent, TerminalRegistry
 from stateful.reference.spec import TerminalSpec
 from stateful.reference.tools import ToolContext, call_tool
-from stateful.targets.base import AgentSession, Step, StepTimeout, Target
+from stateful.targets.base import AgentSession, Server, Step, StepTimeout, Target
 
 __all__ = ["DirectTarget", "DECLARED_SPECS", "SERVER_MADE"]
 
@@ -96,6 +97,18 @@ class DirectTarget(Target):
     def _record(self, event: ResourceEvent) -> None:
         with self.lock:
             self.events.setdefault(event.session_id, []).append(event)
+
+    @classmethod
+    @contextmanager
+    def opened(cls, server: Server | None, latency: float) -> Iterator[DirectTarget]:
+        """The reference tools in-process: no server to reach, nothing that answers late."""
+        if server is not None:
+            raise ValueError("the direct target runs the reference tools in-process: it takes no server")
+        direct = cls()
+        try:
+            yield direct
+        finally:
+            direct.close()
 
     def open_session(self) -> DirectSession:
         session_id = f"direct-{uuid.uuid4().hex[:12]}"

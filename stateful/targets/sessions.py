@@ -52,6 +52,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent import futures
+from contextlib import ExitStack, contextmanager
 from typing import Any, TypeVar
 
 import httpx
@@ -74,7 +75,7 @@ from stateful.clauses import deviate, fail
 from stateful.model import EventView
 from stateful.recording import Recorder
 from stateful.reference.bundle import build_bundle
-from stateful.targets.base import (AgentSession, ConversationTooLarge, ServerError, Step, StepTimeout, Target,
+from stateful.targets.base import (SESSIONS_API, AgentSession, Server, ConversationTooLarge, ServerError, Step, StepTimeout, Target,
                                    TargetError)
 from stateful.targets.direct import BASHRC
 from stateful.waiting import Wait
@@ -663,6 +664,8 @@ class HttpSession(AgentSession):
 
 class SessionsTarget(Target):
     name = "sessions"
+    observes = frozenset({SESSIONS_API})
+    takes_server = True
     carries_conversation = True
 
     def __init__(self, server_url: str, mock_llm_url: str, runner_id: str, *,
@@ -709,6 +712,20 @@ class SessionsTarget(Target):
     def _metered_beside(call: Callable[..., T], *args: Any) -> T:
         with meter.beside():
             return call(*args)
+
+    @classmethod
+    @contextmanager
+    def opened(cls, server: Server | None, latency: float) -> Iterator[SessionsTarget]:
+        """A target reaching ``server``, or an embedded reference stack of its own (stopped on exit)."""
+        with ExitStack() as stack:
+            if server is None:
+                from stateful.reference.stack import EmbeddedStack
+
+                embedded = stack.enter_context(EmbeddedStack(latency=latency))
+                server = Server(embedded.server_url, embedded.mock_llm_url, embedded.runner_id)
+            sessions = cls(server.server_url, server.mock_llm_url, server.runner_id)
+            stack.callback(sessions.close)
+            yield sessions
 
     def open_session(self) -> HttpSession:
         """A new agent session. Registering one takes three round trips one after the other (the
