@@ -30,7 +30,7 @@ from typing import Any
 
 import httpx
 
-from stateful.e2e import (
+from stateful.client import (
     HEADERS,
     configure_mock_llm,
     create_runner_bound_session,

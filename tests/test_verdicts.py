@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from stateful import after_turn, driving, e2e, plain_checks
+from stateful import after_turn, client, driving, plain_checks
 from stateful.clauses import clause_of
 from stateful.model import Call, EventView, Life
 from stateful.reference.stack import EmbeddedStack
@@ -399,9 +399,9 @@ def test_poll_session_until_terminal_fetches_once_more_after_the_end() -> None:
                    {"type": "message", "role": "assistant", "id": "m2", "response_id": "r1",
                     "data": {"role": "assistant", "content": [{"type": "output_text", "text": "done"}]}}]},
     ])
-    client = httpx.Client(base_url="http://fake", transport=httpx.MockTransport(
+    http = httpx.Client(base_url="http://fake", transport=httpx.MockTransport(
         lambda request: httpx.Response(200, json=next(snapshots))))
-    outcome = e2e.poll_session_until_terminal(client, session_id="s", response_id="r1", timeout=5)
+    outcome = client.poll_session_until_terminal(http, session_id="s", response_id="r1", timeout=5)
     assert outcome["status"] == "completed" and outcome["output"] == "done"
 
 
@@ -414,8 +414,8 @@ def test_a_turn_poll_times_out_only_after_a_probe_begun_after_the_timeout() -> N
         time.sleep(SLOW)
         return False, "running"
 
-    with pytest.raises(e2e.TurnTimeout):
-        e2e._poll("a turn", slow_never, DEADLINE)
+    with pytest.raises(client.TurnTimeout):
+        client._poll("a turn", slow_never, DEADLINE)
     assert len(looks) >= LOOKS and looks[-1] > DEADLINE
 
 

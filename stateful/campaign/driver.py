@@ -74,7 +74,7 @@ def _check(args: argparse.Namespace) -> tuple[list[Deviation], list[str] | None]
             raise UsageError("--server-url, --mock-llm-url and --runner-id go together")
         if not kind(args.target).takes_server:
             raise UsageError(f"--target {args.target} runs in-process: it takes no --server-url")
-        from stateful.e2e import preflight
+        from stateful.client import preflight
 
         problem = preflight(*given)
         if problem:

@@ -57,7 +57,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from stateful.e2e import (
+from stateful.client import (
     HARNESS,
     HEADERS,
     TurnTimeout,
