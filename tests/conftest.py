@@ -163,6 +163,26 @@ def call(tool_context: ToolContext) -> Callable[..., Any]:
 # ---------------------------------------------------------------------------------------------
 # Tiers: `./dev tests` runs `-m "not proof"`, `./dev proofs` runs `-m proof` (README, pyproject.toml)
 
+@pytest.fixture(scope="session")
+def hunter(request: pytest.FixtureRequest, terminal_leak_guard: str,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The fault hunts (tests/test_faults.py) that the selected tests need, all started at once: a
+    pool of workers that the hunts' tests wait on. Defined here, not in test_faults.py, so that
+    :func:`hunts_start_first` can start them before the run's first test, whichever file it is in."""
+    from test_faults import hunting  # the hunts' machinery lives with their tests
+
+    with hunting(request.session.items, terminal_leak_guard, tmp_path_factory.mktemp("fault-hunts")) as running:
+        yield running
+
+
+@pytest.fixture(scope="session", autouse=True)
+def hunts_start_first(request: pytest.FixtureRequest) -> None:
+    """In a run that holds fault hunts, they start with the run: the proofs that come before the
+    hunts' tests (campaigns, the wheel, ...) then run while the hunts do, not after them."""
+    if any("hunter" in getattr(item, "fixturenames", ()) for item in request.session.items):
+        request.getfixturevalue("hunter")
+
+
 PROOF_FIXTURES = frozenset({"hunter", "ci_run"})
 """Fixtures that start a proof's long work: the fault hunts, all at once (test_faults.py), the machine on
 ci programs (test_conversation.py). A test that uses one is a proof."""

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from test_campaign import FAULTS, run_root  # noqa: F401 - run_root: a fixture used below
@@ -127,6 +128,7 @@ def test_a_clean_campaign_passes_and_fills_the_summary(tmp_path: Path, run_root:
     assert (tmp_path / "summary").read_text(encoding="utf-8") == (report / "report.md").read_text(encoding="utf-8")
 
 
+@pytest.mark.proof  # a campaign that meets a planted fault, shrinks it and writes its repro (the proofs tier)
 def test_a_failed_clause_fails_the_job_and_keeps_the_repro(tmp_path: Path, run_root: Path) -> None:  # noqa: F811
     # three planted faults, each met by its own rule: one at least is met and shrunk within the budget
     # (usually in seconds; 30 s once left a failure met too late to be written under load)

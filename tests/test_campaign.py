@@ -309,6 +309,7 @@ def test_a_campaign_with_a_small_conversation_budget_runs_to_its_end_on_the_corr
     assert "no clause failed outside the allowed ones" in result.stdout
 
 
+@pytest.mark.proof  # a campaign against a planted fault that breaks a clause in nearly every program
 def test_a_program_goes_on_past_a_known_violation_where_its_check_can(run_root: Path, tmp_path: Path) -> None:
     """Issue 23 §1: read-history-short breaks read.rows-exact at nearly every judged read; allowed,
     the programs note it and go on (a known count, with an example only a program that went on past

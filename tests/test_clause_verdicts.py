@@ -253,6 +253,7 @@ def test_report_html_opens_in_headless_chromium(tmp_path: Path) -> None:
 # -- campaigns --------------------------------------------------------------------------------------
 
 
+@pytest.mark.proof  # three campaigns (110 s of budget): the proofs tier
 def test_a_fixed_deviation_is_stale_and_fails_the_campaign_on_the_correct_stack(
         run_root: Path, tmp_path: Path) -> None:  # noqa: F811 - run_root is the fixture imported above
     """A campaign with a planted fault writes its baseline (the clause, its first line, its repro);

@@ -48,8 +48,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -419,20 +419,27 @@ class Hunter:
         self._pool.shutdown(wait=True)
 
 
-@pytest.fixture(scope="session")
-def hunter(request: pytest.FixtureRequest, terminal_leak_guard: str,
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hunter]:
-    """All the hunts that the selected tests need, started at once (``-k`` picks fewer)."""
-    wanted = {item.callspec.params["plant"].key for item in request.session.items
-              if item.originalname in ("test_machine_finds_fault", "test_plain_repro_of_a_sessions_fault")}
-    if any(item.originalname == "test_replay_says_which_plain_repros_are_fixed" for item in request.session.items):
+def wanted_hunts(items: Sequence[pytest.Item]) -> list[Plant]:
+    """The hunts that the selected tests need (``-k`` picks fewer), replays last (they are short)."""
+    names = {item.originalname for item in items if isinstance(item, pytest.Function)}
+    wanted = {item.callspec.params["plant"].key for item in items
+              if isinstance(item, pytest.Function)
+              and item.originalname in ("test_machine_finds_fault", "test_plain_repro_of_a_sessions_fault")}
+    if "test_replay_says_which_plain_repros_are_fixed" in names:
         wanted |= {p.key for p in SESSIONS_PLANTS if p.fault in REPLAYED}
-    if any(item.originalname == "test_control_without_fault_passes" for item in request.session.items):
+    if "test_control_without_fault_passes" in names:
         wanted.add(CONTROL.key)
-    if any(item.originalname == "test_plain_repro_runs_under_a_section6_conftest" for item in request.session.items):
+    if "test_plain_repro_runs_under_a_section6_conftest" in names:
         wanted.add(SECTION6_PLANT)
-    plants = [p for p in [*PLANTS, *PLAIN_REPLAYS, CONTROL] if p.key in wanted]  # replays last: they are short
-    running = Hunter(terminal_leak_guard, tmp_path_factory.mktemp("fault-hunts"), plants)
+    return [p for p in [*PLANTS, *PLAIN_REPLAYS, CONTROL] if p.key in wanted]
+
+
+@contextmanager
+def hunting(items: Sequence[pytest.Item], temp_root: str, workdir: Path) -> Iterator[Hunter]:
+    """Every hunt the selected tests need, started at once; ended (each still running) on exit. The
+    ``hunter`` fixture (tests/conftest.py) opens it at the start of the run, so that the other proofs
+    run while the hunts do."""
+    running = Hunter(temp_root, workdir, wanted_hunts(items))
     try:
         yield running
     finally:

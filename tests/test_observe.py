@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from hypothesis.internal.observability import observability_enabled
@@ -52,6 +53,7 @@ def test_observing_nothing_is_a_no_op() -> None:
         assert writer is None and observability_enabled() == before
 
 
+@pytest.mark.proof  # the machine run by pytest stateful/ (the dev profile's programs): the proofs tier
 def test_a_machine_run_writes_its_programs(tmp_path: Path) -> None:
     observed = tmp_path / "observed"
     result = subprocess.run(
@@ -69,6 +71,7 @@ def test_a_machine_run_writes_its_programs(tmp_path: Path) -> None:
     assert any(k.startswith("clause: ") for c in passed for k in c["features"])
 
 
+@pytest.mark.proof  # a campaign of two workers: the proofs tier
 def test_a_campaign_writes_the_test_cases_of_each_worker(run_root: Path, tmp_path: Path) -> None:  # noqa: F811
     observed, report = tmp_path / "observed", tmp_path / "report"
     result, _wall = campaign(run_root, "--target", "direct", "--budget", "15s", "--workers", "2", "--quiet",
