@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Callable
 
 __all__ = ["byte_size", "conversation_budget", "duration", "milliseconds", "port", "positive_int", "seconds"]
 
@@ -33,26 +34,25 @@ def positive_int(text: str) -> int:
     return value
 
 
-def seconds(text: str) -> float:
-    """A positive number of seconds."""
+def _number(text: str, holds: Callable[[float], bool], what: str) -> float:
+    """``text`` as a float for which ``holds``; else the one-line error naming it as not ``what``."""
     try:
         value = float(text)
     except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+        value = float("nan")  # holds for no test below
+    if not holds(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
     return value
+
+
+def seconds(text: str) -> float:
+    """A positive number of seconds."""
+    return _number(text, lambda value: value > 0, "a positive number of seconds")
 
 
 def milliseconds(text: str) -> float:
     """A non-negative number of milliseconds, as seconds."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a non-negative number of milliseconds")
-    return value / 1000
+    return _number(text, lambda value: value >= 0, "a non-negative number of milliseconds") / 1000
 
 
 def duration(text: str) -> float:

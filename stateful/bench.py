@@ -58,7 +58,8 @@ class Row:
 Section = Callable[[argparse.Namespace], list[Row]]
 
 
-def _timed(calls: int, call: Callable[[int], object]) -> list[float]:
+def timed(calls: int, call: Callable[[int], object]) -> list[float]:
+    """``call(i)`` for each ``i < calls``, each call timed on its own (seconds)."""
     samples = []
     for index in range(calls):
         start = time.perf_counter()
@@ -92,12 +93,12 @@ def floor(options: argparse.Namespace) -> list[Row]:
             subprocess.run(raw, check=True, stdout=subprocess.DEVNULL, timeout=TMUX_TIMEOUT)
 
         raw_call(0)
-        rows = [Row("floor", "tmux display-message -p x (raw)", _timed(calls, raw_call))]
+        rows = [Row("floor", "tmux display-message -p x (raw)", timed(calls, raw_call))]
         rows.append(
             Row(
                 "floor",
                 "TmuxServer.run(display-message) (run_tmux)",
-                _timed(calls, lambda _: server.run("display-message", "-p", "x")),
+                timed(calls, lambda _: server.run("display-message", "-p", "x")),
             )
         )
     return rows
@@ -120,19 +121,19 @@ def tools(options: argparse.Namespace) -> list[Row]:
                     raise RuntimeError(f"{name}: {result['error']}")
                 return result
 
-            rows.append(Row("tools", "sys_terminal_launch (new pair)", _timed(
+            rows.append(Row("tools", "sys_terminal_launch (new pair)", timed(
                 launches, lambda i: tool("sys_terminal_launch", {"terminal": "bash", "session": f"b{i}"})
             ), "a new tmux server each"))  # fmt: skip
-            rows.append(Row("tools", "sys_terminal_launch (already running)", _timed(
+            rows.append(Row("tools", "sys_terminal_launch (already running)", timed(
                 calls, lambda _: tool("sys_terminal_launch", {"terminal": "bash", "session": "b0"})
             )))  # fmt: skip
             tool("sys_terminal_launch", {"terminal": "sink", "session": "s"})
             tool("sys_terminal_send", {"terminal": "sink", "session": "s", "text": "warm-up"})
-            rows.append(Row("tools", "sys_terminal_send (text + Enter)", _timed(
+            rows.append(Row("tools", "sys_terminal_send (text + Enter)", timed(
                 calls, lambda i: tool("sys_terminal_send", {"terminal": "sink", "session": "s", "text": f"line {i}"})
             ), "one tmux command"))  # fmt: skip
             tool("sys_terminal_read", {"terminal": "sink", "session": "s"})  # settles the last send
-            rows.append(Row("tools", "sys_terminal_read (no send before)", _timed(
+            rows.append(Row("tools", "sys_terminal_read (no send before)", timed(
                 calls, lambda _: tool("sys_terminal_read", {"terminal": "bash", "session": "b0", "scrollback": 100})
             ), "one capture"))  # fmt: skip
             tool("sys_terminal_send", {"terminal": "bash", "session": "b0", "text": "true"})
@@ -141,13 +142,13 @@ def tools(options: argparse.Namespace) -> list[Row]:
                 tool("sys_terminal_send", {"terminal": "bash", "session": "b0", "text": f"echo {i}"})
                 tool("sys_terminal_read", {"terminal": "bash", "session": "b0"})
 
-            rows.append(Row("tools", "sys_terminal_send + read (read settles)", _timed(
+            rows.append(Row("tools", "sys_terminal_send + read (read settles)", timed(
                 max(5, calls // 10), send_then_read
             ), "bash runs echo; read waits for quiet"))  # fmt: skip
-            rows.append(Row("tools", f"sys_terminal_list ({launches + 1} terminals)", _timed(
+            rows.append(Row("tools", f"sys_terminal_list ({launches + 1} terminals)", timed(
                 calls, lambda _: tool("sys_terminal_list", {})
             ), "no tmux"))  # fmt: skip
-            rows.append(Row("tools", "sys_terminal_close", _timed(
+            rows.append(Row("tools", "sys_terminal_close", timed(
                 launches, lambda i: tool("sys_terminal_close", {"terminal": "bash", "session": f"b{i}"})
             ), "kills server + session"))  # fmt: skip
     finally:

@@ -73,13 +73,10 @@ def _timed(work: Callable[[Any], Any], repeats: int, setup: Callable[[], Any], u
 
 def _each(work: Callable[[Any], Any], count: int, setup: Callable[[], Any]) -> list[float]:
     """``count`` runs of ``work(prepared)`` on one ``setup()``, each timed on its own."""
+    from stateful.bench import timed
+
     prepared = setup()
-    samples = []
-    for _ in range(count):
-        started = time.perf_counter()
-        work(prepared)
-        samples.append(time.perf_counter() - started)
-    return samples
+    return timed(count, lambda _: work(prepared))
 
 
 MAX_REPLIES_PER_TURN = 100
