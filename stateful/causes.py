@@ -32,13 +32,16 @@ CAUSES: dict[str, str] = {
     "semicolon-edge": steering.TRIGGERS["semicolon-edge"],
     "dash-edge": steering.TRIGGERS["dash-edge"],
     "non-ascii": "a typed text holding characters outside ASCII",
+    "bool-scrollback": steering.TRIGGERS["bool-scrollback"],
     "launch-copies": steering.TRIGGERS["launch-copies"],
+    "server-terminals": steering.TRIGGERS["server-terminals"],
     "several-calls": "several calls in one model reply",
     "exited-pair": "a call on a pair whose process was told to exit or is known dead",
-    "server-terminals": steering.TRIGGERS["server-terminals"],
-    "bool-scrollback": steering.TRIGGERS["bool-scrollback"],
 }
-"""Every cause a violation can name, most specific first (the order picks a finding's primary cause)."""
+"""Every cause a violation can name, most specific first (the order picks a finding's primary cause):
+what the call itself carries (its text, its scrollback, the pairs it names) before the context it ran
+in (other calls in its reply, a pair that exited), so that one bug met in a busier program keeps its
+name: a boolean scrollback read beside another call is still ``@bool-scrollback``."""
 
 KEY_SEPARATOR = "@"
 

@@ -240,7 +240,14 @@ def test_a_process_killed_mid_shrink_leaves_its_finding_to_another(run_root: Pat
     client = redis_client(redis_url)
     prefix = campaign_prefix("kill")
     try:
-        first = _poll(lambda: client.hget(prefix + "claims", key), 120.0, "a claim of the fault")
+        def claim_of_the_fault() -> bytes | str | None:
+            claims = {k.decode(): v for k, v in client.hgetall(prefix + "claims").items()}
+            if key not in claims and all(p.poll() is not None for p in procs.values()):
+                logs = "\n".join((tmp_path / f"p{n}.log").read_text()[-2000:] for n in procs)
+                raise AssertionError(f"both processes ended, claims {sorted(claims)}, no {key}:\n{logs}")
+            return claims.get(key)
+
+        first = _poll(claim_of_the_fault, budget + 30.0, "a claim of the fault")
         owner = json.loads(first)["owner"]
         victim = next(n for n, p in procs.items() if f":{p.pid}:" in owner)
         procs[victim].kill()  # SIGKILL to the campaign process; its worker dies with it (lifeline)

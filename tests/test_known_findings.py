@@ -49,6 +49,15 @@ def test_a_findings_key_is_its_clause_and_its_primary_cause() -> None:
     assert causes.split_key(plain.key) == ("read.rows-exact", None)
 
 
+def test_what_a_call_carries_names_a_finding_before_the_context_it_ran_in() -> None:
+    """A boolean scrollback read beside another call, on a pair that exited, is still the
+    bool-scrollback finding: a busier program meeting one bug must not make it a second finding."""
+    busy = violation("read.scrollback-type", "accepted", causes=("several-calls", "exited-pair", "bool-scrollback"))
+    assert busy.key == "read.scrollback-type@bool-scrollback"
+    assert causes.primary(("exited-pair", "several-calls")) == "several-calls"
+    assert causes.primary(("several-calls", "launch-copies")) == "launch-copies"
+
+
 @pytest.mark.parametrize(("clause", "named", "known", "is_known"), [
     ("send.text-literal", ("semicolon-edge",), ["send.text-literal@semicolon-edge"], True),
     ("send.text-literal", ("long-text",), ["send.text-literal@semicolon-edge"], False),
