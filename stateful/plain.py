@@ -141,48 +141,50 @@ def _outputs(check: Check, s: int, c: int) -> str:
     return f"[outs[{s}][i] for i in {check.calls!r}]"
 
 
+def _said(block: Block, a: str, number: int) -> tuple[str, list[str]] | None:
+    """What a block that is not a turn says (its comment) and does (its calls); None for a turn."""
+    if block.kind == "open":
+        return (f"agent session {block.agent}",
+                [f"{a} = Agent(http_client, mock_llm_server_url, live_runner_id, harness_name, f'{{model_name}}-{block.agent}')"])
+    if block.kind == "delete" and block.final:
+        return ("session.delete (§2.9): DELETE closes all of the session's terminals, so every process noted for "
+                "them is gone (polled: the contract gives DELETE no bound)",
+                [f"{a}.delete()", f"{a}.check_gone({block.expected!r}, 'session.delete: step {number}', within=POLL_DEADLINE)"])
+    if block.kind == "delete":
+        return "DELETE the session (the machine's teardown)", [f"{a}.delete()"]
+    if block.kind == "capture":
+        return ("launch.server-runs (§1 launch): while a terminal lives, its tmux server runs and holds its pane"
+                if block.final else "note the processes of the terminals that now live (their tmux servers answer)",
+                [f"{a}.capture({block.expected!r}, sock{block.agent}, 'launch.server-runs: step {number}')"])
+    if block.kind == "gone":
+        return ("close.nothing-left (§1 launch): once close returns, the terminal's tmux server and every process "
+                "of it are gone (checked at once)",
+                [f"{a}.check_gone({block.expected!r}, 'close.nothing-left: step {number}')"])
+    if block.kind == "events":
+        return ("the resource events (§2.4): each launched records one created event, each closed (or exit) one "
+                "deleted event for the same id; ids are terminal_<safe(name)>_<safe(key)>[_n], unique among the "
+                "session's live terminals",
+                [f"{a}.check_events({block.launched!r}, {block.ended!r}, base{block.agent}, 'step {number}')"])
+    if block.kind == "pagination":
+        return ("items.pagination (§2.7): following after=last_id while has_more yields every item once, in order, "
+                "each page's first_id/last_id naming its ends",
+                [f"{a}.check_pagination('items.pagination: step {number}')"])
+    if block.kind == "view":
+        return ("view.terminals (§2.8): /resources/terminals shows the session's running terminals (those list "
+                "shows running), nothing else" if block.final else "the machine compared /resources/terminals with list",
+                [f"{a}.check_view({sorted(block.expected)!r}, base{block.agent}, 'view.terminals: step {number}')"])
+    return None
+
+
 def _block(block: Block) -> list[str]:
     a = f"a{block.agent}"
     number, line = block.step
     where = f"step {number}: {line}" if number else "before the first step"
     lines = [""]
-    if block.kind == "open":
-        lines += [_comment(f"{where} -- agent session {block.agent}", "    "),
-                  f"    {a} = Agent(http_client, mock_llm_server_url, live_runner_id, harness_name, "
-                  f"f'{{model_name}}-{block.agent}')"]
-        return lines
-    if block.kind == "delete" and block.final:
-        return lines + [_comment(f"{where} -- session.delete (§2.9): DELETE closes all of the session's terminals, "
-                                 "so every process noted for them is gone (polled: the contract gives DELETE no bound)",
-                                 "    "),
-                        f"    {a}.delete()",
-                        f"    {a}.check_gone({block.expected!r}, 'session.delete: step {number}', within=POLL_DEADLINE)"]
-    if block.kind == "delete":
-        return lines + [_comment(f"{where} -- DELETE the session (the machine's teardown)", "    "), f"    {a}.delete()"]
-    if block.kind == "capture":
-        what = ("launch.server-runs (§1 launch): while a terminal lives, its tmux server runs and holds its pane"
-                if block.final else "note the processes of the terminals that now live (their tmux servers answer)")
-        return lines + [_comment(f"{where} -- {what}", "    "),
-                        f"    {a}.capture({block.expected!r}, sock{block.agent}, 'launch.server-runs: step {number}')"]
-    if block.kind == "gone":
-        return lines + [_comment(f"{where} -- close.nothing-left (§1 launch): once close returns, the terminal's tmux "
-                                 "server and every process of it are gone (checked at once)", "    "),
-                        f"    {a}.check_gone({block.expected!r}, 'close.nothing-left: step {number}')"]
-    if block.kind == "events":
-        return lines + [_comment(f"{where} -- the resource events (§2.4): "
-                                 "each launched records one created event, each closed (or exit) one deleted event "
-                                 "for the same id; ids are terminal_<safe(name)>_<safe(key)>[_n], unique among the "
-                                 "session's live terminals", "    "),
-                        f"    {a}.check_events({block.launched!r}, {block.ended!r}, base{block.agent}, 'step {number}')"]
-    if block.kind == "pagination":
-        return lines + [_comment(f"{where} -- items.pagination (§2.7): following after=last_id while has_more "
-                                 "yields every item once, in order, each page's first_id/last_id naming its ends", "    "),
-                        f"    {a}.check_pagination('items.pagination: step {number}')"]
-    if block.kind == "view":
-        what = ("view.terminals (§2.8): /resources/terminals shows the session's running terminals (those list "
-                "shows running), nothing else" if block.final else "the machine compared /resources/terminals with list")
-        return lines + [_comment(f"{where} -- {what}", "    "),
-                        f"    {a}.check_view({sorted(block.expected)!r}, base{block.agent}, 'view.terminals: step {number}')"]
+    said = _said(block, a, number)
+    if said is not None:
+        what, calls = said
+        return lines + [_comment(f"{where} -- {what}", "    ")] + [f"    {call}" for call in calls]
     steps = _steps_literal(block.steps)
     checks = []
     for (s, c), found in sorted(block.checks.items()):

@@ -19,7 +19,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from stateful.reference import faults
 from stateful.reference.agent import (
@@ -31,6 +31,8 @@ from stateful.reference.agent import (
     run_turn,
 )
 from stateful.reference.spec import AgentSpec, TerminalSpec
+
+_Known = TypeVar("_Known")
 
 ToolRunner = Callable[[str, str], str]
 ToolBinder = Callable[[str, Mapping[str, TerminalSpec]], ToolRunner]
@@ -203,10 +205,8 @@ class SessionService:
         return agent
 
     def create_session(self, agent_id: str) -> Session:
+        agent = self._known(self._agents, agent_id, "agent_id")
         with self._lock:
-            agent = self._agents.get(agent_id)
-            if agent is None:
-                raise NotFound(f"unknown agent_id {agent_id!r}")
             if self._closed:
                 raise Invalid("the server is shutting down")
         session_id = _new_id("conv")
@@ -217,11 +217,15 @@ class SessionService:
         return session
 
     def get(self, session_id: str) -> Session:
+        return self._known(self._sessions, session_id, "session")
+
+    def _known(self, table: Mapping[str, _Known], key: str, what: str) -> _Known:
+        """``table[key]``, looked up under the lock; an unknown key is the API's 404."""
         with self._lock:
-            session = self._sessions.get(session_id)
-        if session is None:
-            raise NotFound(f"unknown session {session_id!r}")
-        return session
+            value = table.get(key)
+        if value is None:
+            raise NotFound(f"unknown {what} {key!r}")
+        return value
 
     def list_sessions(self, agent_name: str | None, limit: int) -> list[dict[str, Any]]:
         with self._lock:

@@ -104,6 +104,15 @@ def _pair(arguments: str, tool: str = "") -> tuple[dict[str, Any], str, str]:
     return args, terminal, session
 
 
+def _declared_pair(arguments: str, tool: str, context: ToolContext) -> tuple[dict[str, Any], str, str]:
+    """:func:`_pair` for a tool that acts on a running terminal: a terminal the agent did not declare
+    is refused as not found (nothing by that name can be running)."""
+    args, terminal, session = _pair(arguments, tool)
+    if terminal not in context.terminals:
+        raise _Refusal(_not_found(terminal, session))
+    return args, terminal, session
+
+
 def _not_found(terminal: str, session: str) -> str:
     return f"terminal '{terminal}:{session}' not found or not running"
 
@@ -194,11 +203,9 @@ def sys_terminal_launch(arguments: str, context: ToolContext) -> str:
 def sys_terminal_send(arguments: str, context: ToolContext) -> str:
     """Type text literally into a terminal, then press keys (default Enter)."""
     try:
-        args, terminal, session = _pair(arguments, "sys_terminal_send")
+        args, terminal, session = _declared_pair(arguments, "sys_terminal_send", context)
     except _Refusal as refusal:
         return _error(refusal.error)
-    if terminal not in context.terminals:
-        return _error(_not_found(terminal, session))
     text, keys = args.get("text"), args.get("keys", "Enter")
     if faults.enabled("keys-default-none") and "keys" not in args:
         keys = ""  # planted fault: an absent 'keys' presses nothing instead of Enter
@@ -223,11 +230,9 @@ def sys_terminal_send(arguments: str, context: ToolContext) -> str:
 def sys_terminal_read(arguments: str, context: ToolContext) -> str:
     """The terminal's screen as text, with up to ``scrollback`` lines of history above it."""
     try:
-        args, terminal, session = _pair(arguments, "sys_terminal_read")
+        args, terminal, session = _declared_pair(arguments, "sys_terminal_read", context)
     except _Refusal as refusal:
         return _error(refusal.error)
-    if terminal not in context.terminals:
-        return _error(_not_found(terminal, session))
     scrollback = args.get("scrollback", 0)
     if faults.enabled("scrollback-bool") and isinstance(scrollback, bool):
         scrollback = int(scrollback)  # planted fault: JSON true/false taken as 1/0 (bool is an int)
