@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 from stateful.machine import MachineConfig, TerminalMachine
 from stateful.model import Call, EventView
@@ -143,7 +143,8 @@ class FakeTarget(Target):
 def quick_profile() -> Iterator[None]:
     """Few examples, no database (a failing example must not be saved for later runs)."""
     previous = settings.get_current_profile_name()
-    settings.register_profile("test-repro-quick", max_examples=5, database=None, deadline=None)
+    settings.register_profile("test-repro-quick", max_examples=5, database=None, deadline=None,
+                              suppress_health_check=list(HealthCheck))  # a busy machine is not a bug here
     settings.load_profile("test-repro-quick")
     try:
         yield
@@ -351,7 +352,8 @@ def test_a_violation_that_never_comes_back_is_reported_whole_and_fails_the_run(
 
     monkeypatch.setattr(pipeline, "reproduced", functools.partial(minimize.reproduced, tries=2))
     target = rewriting_target(once_wrong(wrong_at=6))
-    settings.register_profile("test-repro-once", max_examples=5, database=None, deadline=None, stateful_step_count=6)
+    settings.register_profile("test-repro-once", max_examples=5, database=None, deadline=None, stateful_step_count=6,
+                              suppress_health_check=list(HealthCheck))
     settings.load_profile("test-repro-once")
     try:
         failure = machine_run(target, tmp_path)

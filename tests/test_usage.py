@@ -35,7 +35,9 @@ def test_repro(repro_machine):
 """The smallest repro: a program of no steps on the direct target (it opens and tears down a machine)."""
 
 
-def run(args: list[str], *, cwd: Path = ROOT, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run(args: list[str], *, cwd: Path = ROOT, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """The timeout only guards against a hang: a busy CI box (two spinners beside the hunts) took
+    over 60 s to start a pytest run here, so it is generous and never a verdict."""
     return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
