@@ -138,14 +138,28 @@ def test_a_failed_clause_fails_the_job_and_keeps_the_repro(tmp_path: Path, run_r
     assert output == "exit-code=1"
     assert verdict.returncode == 1 and "::error::a clause of the contract failed" in verdict.stdout, verdict
     report = tmp_path / "workspace" / "conformance-report"
-    failed = {f["clause"] for f in json.loads((report / "report.json").read_text(encoding="utf-8"))["failures"]}
+    failures = json.loads((report / "report.json").read_text(encoding="utf-8"))["failures"]
+    failed = {f["clause"] for f in failures}
     summary = (tmp_path / "summary").read_text(encoding="utf-8")
-    assert failed and failed <= set(FAULTS.values()) and all(clause in summary for clause in failed), failed
-    repros = [Path(f["repro"]) for f in json.loads((report / "report.json").read_text(encoding="utf-8"))["failures"]
-              if f.get("repro")]
+    assert failed and failed <= set(FAULTS.values()) and all(clause in summary for clause in failed), \
+        unexpected(failures, tmp_path / "workspace")
+    repros = [Path(f["repro"]) for f in failures if f.get("repro")]
     assert repros, (report / "report.md").read_text(encoding="utf-8")  # in the artifact's directory:
     assert all((tmp_path / "workspace" / r).resolve().parent == (report / "repros").resolve() for r in repros), repros
     assert all((tmp_path / "workspace" / r).is_file() for r in repros), repros
+
+
+def unexpected(failures: list[dict[str, Any]], workspace: Path) -> str:
+    """What the campaign found beyond the planted faults, whole: each finding's message and its repro's
+    text (the run's files are gone when CI prints a failure, so the failure must carry them)."""
+    said = []
+    for finding in failures:
+        if finding["clause"] in FAULTS.values():
+            continue
+        repro = workspace / finding["repro"] if finding.get("repro") else None
+        text = repro.read_text(encoding="utf-8") if repro is not None and repro.is_file() else "(no repro)"
+        said.append(f"{finding['clause']}: {finding['message']}\n{text}")
+    return "\n\n".join(said) or f"nothing beyond the planted faults: {failures}"
 
 
 def test_a_usage_error_fails_the_job_with_its_own_status(tmp_path: Path, run_root: Path) -> None:  # noqa: F811
