@@ -24,6 +24,7 @@ from stateful.model import Call
 from stateful.reference.stack import EmbeddedStack
 from stateful.targets.base import ServerError
 from stateful.targets import sessions
+from stateful.targets.items import ItemLog
 from stateful.targets.sessions import PAGE_CHECK_EVERY, HttpSession, SessionsTarget
 
 
@@ -65,16 +66,16 @@ def test_a_slow_server_is_polled_overlapped_and_every_turn_returns_its_outputs(m
 
 
 def test_polls_that_read_the_same_items_again_must_agree() -> None:
-    session = HttpSession(cast(SessionsTarget, None), "s1", "m")
-    session._items = [{"id": "i1"}, {"id": "i2"}]
-    session._merge("i1", [{"id": "i2"}, {"id": "i3"}])  # sent before i2 was merged: reads it again
-    session._merge("i2", [{"id": "i3"}, {"id": "i4"}])
-    session._merge("i4", [])
-    assert [i["id"] for i in session._items] == ["i1", "i2", "i3", "i4"]
+    log = ItemLog(cast(SessionsTarget, None), "s1")
+    log.items = [{"id": "i1"}, {"id": "i2"}]
+    log.merge("i1", [{"id": "i2"}, {"id": "i3"}])  # sent before i2 was merged: reads it again
+    log.merge("i2", [{"id": "i3"}, {"id": "i4"}])
+    log.merge("i4", [])
+    assert [i["id"] for i in log.items] == ["i1", "i2", "i3", "i4"]
     with pytest.raises(ContractViolation) as disagree:
-        session._merge("i2", [{"id": "i4"}, {"id": "i5"}])  # lost i3
+        log.merge("i2", [{"id": "i4"}, {"id": "i5"}])  # lost i3
     assert disagree.value.clause == "items.pagination"
-    assert [i["id"] for i in session._items] == ["i1", "i2", "i3", "i4"]
+    assert [i["id"] for i in log.items] == ["i1", "i2", "i3", "i4"]
 
 
 def test_a_poll_that_failed_after_its_turn_ended_is_reported_not_lost() -> None:
@@ -171,15 +172,15 @@ class ShortPages(httpx.BaseTransport):
 def test_a_walks_pages_are_asked_at_once_and_a_page_that_differs_is_walked_again_one_by_one(
         cap: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     one_by_one: list[int] = []
-    walk = HttpSession._walk
+    walk = ItemLog.walk
 
-    def counted(self: HttpSession, path: str, after: str | None, sizes: Any, enough: int | None = None,
+    def counted(self: ItemLog, after: str | None, sizes: Any, enough: int | None = None,
                 beside: bool = False) -> Any:
         if enough is not None:  # the walk one page after the other (the items' own fetch has no ``enough``)
             one_by_one.append(enough)
-        return walk(self, path, after, sizes, enough, beside)
+        return walk(self, after, sizes, enough, beside)
 
-    monkeypatch.setattr(HttpSession, "_walk", counted)
+    monkeypatch.setattr(ItemLog, "walk", counted)
     with EmbeddedStack(latency=0.03) as stack:
         target = SessionsTarget(stack.server_url, stack.mock_llm_url, stack.runner_id, transport=ShortPages(cap))
         try:

@@ -130,7 +130,7 @@ def test_the_sessions_timeout_is_per_step_and_a_hang_names_its_step(
 
 
 def test_recorded_arguments_must_be_the_ones_sent() -> None:
-    from stateful.targets.sessions import same_arguments
+    from stateful.http_surface import same_arguments
 
     sent = '{"terminal": "bash", "session": "a", "x": NaN}'
     assert same_arguments(sent, '{"session":"a","terminal":"bash","x":NaN}')  # re-serialised: the same

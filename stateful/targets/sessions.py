@@ -30,15 +30,16 @@ by threads). Nothing they raise is lost: the tester waits for them before it jud
 polls still in flight when a turn has ended are settled (their errors raised) at the next turn and
 before the session's DELETE.
 
-Pagination must be exact (§2.7), and a gap would otherwise show up as a missing tool output far from
-its cause: every item is walked once more in small, varying page sizes (``after=last_id`` while
-``has_more``) and compared with what the large pages gave: the first turn's items beside the second
-turn, then every ``PAGE_CHECK_EVERY`` turns the items recorded since the last walk, beside the turn
-that follows (items are records: the walk reads the same pages whenever it runs), and before the
+Pagination must be exact (§2.7): every item is walked once more in small pages
+(:mod:`stateful.targets.items`, which holds a session's items): the first turn's items beside the
+second turn, then every ``PAGE_CHECK_EVERY`` turns the items recorded since the last walk, beside the
+turn that follows (items are records: the walk reads the same pages whenever it runs), and before the
 session's DELETE the rest. A walk is not waited for at the end of its turn: it takes about three
 round trips, longer than a slow server's turn, and like a poll still in flight it is settled (its
 error raised) at the next turn and before the DELETE. Resource events are the session's
 ``resource_event`` items.
+
+This module transports and records: what each answer must be is judged in :mod:`stateful.http_surface`.
 """
 
 from __future__ import annotations
@@ -61,7 +62,6 @@ from stateful.client import (
     HARNESS,
     HEADERS,
     TurnTimeout,
-    _role,
     agent_spec_yaml,
     await_runner_online,
     configure_mock_llm,
@@ -70,14 +70,14 @@ from stateful.client import (
     turn_outcome,
     unique_name,
 )
-from stateful import meter
-from stateful.clauses import deviate, fail
+from stateful import http_surface, meter
 from stateful.model import EventView
 from stateful.recording import Recorder
 from stateful.reference.bundle import build_bundle
 from stateful.targets.base import (SESSIONS_API, AgentSession, Server, ConversationTooLarge, ServerError, Step, StepTimeout, Target,
                                    TargetError)
 from stateful.targets.direct import BASHRC
+from stateful.targets.items import ItemLog
 from stateful.waiting import Wait
 
 __all__ = ["SessionsTarget", "SH_TERMINAL"]
@@ -90,8 +90,6 @@ SH_TERMINAL = {"command": "bash", "args": ["--norc", "--noprofile"],
 """The second declared terminal: bash without rc files (the first, ``bash``, reads them)."""
 TERMINALS = {"bash": BASH_TERMINAL, "sh": SH_TERMINAL}
 """The ``terminals`` block merged over the agent spec's (a plain repro registers the same)."""
-PAGE_SIZES = (7, 2, 1000, 3, 1)
-"""Page sizes cycled by the incremental item fetch (small ones make many pages)."""
 PAGE_CHECK_EVERY = 8
 """Turns between two walks of the items in small pages (every item is walked once; a walk costs about
 three requests however many items it covers, so batching turns saves round trips). On the first 10 ci
@@ -139,30 +137,6 @@ TOO_LARGE = re.compile(r"larger than \d+ bytes|HTTP 413|request entity too large
 """What a turn's error says when the model refused a call for its size (see :func:`refused_for_size`)."""
 
 T = TypeVar("T")
-_NOT_JSON = object()
-
-
-def _json_or_not(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return _NOT_JSON
-
-
-def same_arguments(sent: str, recorded: Any) -> bool:
-    """Whether a ``function_call`` item records the arguments the model sent (§2.7, §4).
-
-    A server may re-serialise them, so JSON objects are compared as values (canonical dumps, so that
-    ``NaN`` equals itself); what is not a JSON object (malformed, an array) may be recorded as the
-    harness saw fit (§1: it may turn it into ``{}``), as long as it is a string.
-    """
-    if not isinstance(recorded, str):
-        return False
-    value = _json_or_not(sent)
-    if not isinstance(value, dict):
-        return True
-    again = _json_or_not(recorded)
-    return isinstance(again, dict) and json.dumps(value, sort_keys=True) == json.dumps(again, sort_keys=True)
 
 
 def refused_for_size(error: Any) -> bool:
@@ -213,24 +187,17 @@ def _steps_done(ids: list[list[str]], have: set[Any]) -> int:
     return next((s for s, cids in enumerate(ids) if any(c not in have for c in cids)), len(ids))
 
 
-def _as_planned(data: list[dict[str, Any]], more: bool, ids: list[Any], *, last: bool) -> bool:
-    """Whether a page of a walk holds the ids planned for it (and, but for the last, says
-    ``has_more``). The last may also hold items recorded since the walk was planned, after them."""
-    got = [i.get("id") for i in data]
-    return got[: len(ids)] == ids if last else got == ids and more
-
-
 class HttpSession(AgentSession):
+    """One agent session of the sessions API: its turns run through the mock LLM's queue and awaited
+    by polling its items (:class:`~stateful.targets.items.ItemLog`), its events, views and DELETE."""
+
     def __init__(self, target: SessionsTarget, session_id: str, model: str) -> None:
         self._t = target
         self.session_id = session_id
         self.label = session_id
         self._model = model
         self._turns = itertools.count(1)
-        self._items: list[dict[str, Any]] = []
-        self._walks = itertools.count()
-        self._walked = 0
-        """How many of ``_items`` the small-page walks have covered (see :meth:`_pages_walk`)."""
+        self.log = ItemLog(target, session_id)
         self._turns_unwalked = 0
         self._fresh = False
         """The items were fetched after the last turn ended and nothing has read them since."""
@@ -242,98 +209,10 @@ class HttpSession(AgentSession):
         """Requests beside the tester's own that nothing waits for yet: the walks of the items, and
         the polls of a turn that had ended before they answered (see :meth:`_settle_strays`)."""
 
-    # -- items ------------------------------------------------------------------------------------
-    def _get(self, path: str, **params: Any) -> Any:
-        """The JSON of a GET that §2 says answers 200 (a 5xx is a ServerError, raised by the transport)."""
-        reply = self._t.client.get(path, params=params or None)
-        if reply.status_code != 200:
-            fail("api.status", f"GET {path} {params}: HTTP {reply.status_code} {reply.text[:500]}")
-        return reply.json()
-
-    def _fetch_new(self) -> None:
-        """Fetch the items after the last one held, in pages of 1000 (usually one request)."""
-        self._items.extend(self._items_after(self._items[-1]["id"] if self._items else None))
-
-    def _pages_walk(self) -> Callable[[], None]:
-        """A walk of every item held now after the last one walked, in small pages, compared with
-        what the pages of 1000 gave: pagination must be exact (§2.7) at any size of the session.
-        It runs beside a turn or another walk (a stray, :meth:`_settle_strays`): items are records,
-        so the walk reads the same pages whenever it runs (items recorded meanwhile may only follow).
-
-        Its pages are requested at once, each after the id that the page before it must end with:
-        where every answer is the page planned, they are the requests and answers of a walk that
-        follows ``last_id`` one page after the other, in one round trip instead of one per page.
-        Where one is not (a server may answer a shorter page, or a broken one another), that walk,
-        one page after the other, decides."""
-        path = f"/v1/sessions/{self.session_id}/items"
-        start = self._items[self._walked - 1]["id"] if self._walked else None
-        listed = [i.get("id") for i in self._items[self._walked:]]
-        self._walked, self._turns_unwalked = len(self._items), 0
-        first = next(self._walks) % len(PAGE_SIZES)
-        sizes = PAGE_SIZES[first:] + PAGE_SIZES[:first]  # its own: walks may overlap
-        plan: list[tuple[dict[str, Any], list[Any]]] = []  # each page's request and the ids it must hold
-        at, size = 0, itertools.cycle(sizes)
-        while at < len(listed):
-            params: dict[str, Any] = {"order": "asc", "limit": next(size)}
-            after = listed[at - 1] if at else start
-            if after is not None:
-                params["after"] = after
-            plan.append((params, listed[at:at + params["limit"]]))
-            at += params["limit"]
-
-        def walk() -> None:
-            pages = [self._t.page(self._page, path, params, True) for params, _ in plan]
-            answers = [answer.result() for answer in pages]
-            if all(_as_planned(data, more, ids, last=n == len(plan) - 1)
-                   for n, ((data, more), (_, ids)) in enumerate(zip(answers, plan))):
-                return
-            paged = [i.get("id") for i in self._walk(path, start, itertools.cycle(sizes), enough=len(listed),
-                                                      beside=True)]
-            if paged[: len(listed)] != listed:  # items recorded meanwhile (an exit's event) may follow
-                lost = [i for i in listed if i not in paged]
-                dup = len(paged) - len(set(paged))
-                # the items the machine judges came in pages of 1000 (``listed``): past a known
-                # deviation of the small pages, the program goes on with those
-                deviate("items.pagination",
-                        "items pagination is not exact (following after=last_id while has_more must yield every "
-                        f"item once, in order): {len(paged)} items in small pages vs {len(listed)} in pages of 1000; "
-                        f"first lost: {lost[:3]}, duplicates: {dup}")
-
-        return walk
-
-    def _walk(self, path: str, after: str | None, sizes: Iterator[int],
-              enough: int | None = None, beside: bool = False) -> list[dict[str, Any]]:
-        """Every item after ``after`` (all, if None), following ``after=last_id`` while ``has_more``
-        with page sizes from ``sizes`` (or until it holds ``enough`` of them: a walk beside a turn
-        leaves that turn's items to the next walk)."""
-        items: list[dict[str, Any]] = []
-        cursor = after
-        for _ in range(100_000):
-            params: dict[str, Any] = {"order": "asc", "limit": next(sizes)}
-            if cursor is not None:
-                params["after"] = cursor
-            data, more = self._page(path, params, beside)
-            items.extend(data)
-            if data:
-                cursor = data[-1]["id"]
-            if not more or (enough is not None and len(items) >= enough):
-                break
-            if not data:
-                fail("items.pagination", f"GET items {params}: an empty page says has_more")
-        return items
-
-    def _page(self, path: str, params: dict[str, Any], beside: bool = False) -> tuple[list[dict[str, Any]], bool]:
-        """One page of items and whether it says ``has_more``; its own shape checked (§2.7). A page
-        of a walk ``beside`` the items the machine judges may deviate past a known violation (ends
-        that are not its ends); one that is no page never."""
-        page = self._get(path, **params)
-        data = page.get("data") if isinstance(page, Mapping) else None
-        if not isinstance(data, list):
-            fail("items.pagination", f"GET items: 'data' is not a list: {page!r}"[:800])
-        if data and (page.get("last_id") != data[-1].get("id") or page.get("first_id") != data[0].get("id")):
-            (deviate if beside else fail)("items.pagination",
-                                          f"GET items {params}: first_id/last_id do not name the page's ends")
-        return data, bool(page.get("has_more"))
+    def _walk_beside(self) -> None:
+        """Walk the items not yet walked in small pages, beside what follows (a stray)."""
+        self._turns_unwalked = 0
+        self._strays.append(self._t.beside(self.log.small_page_walk()))
 
     # -- turns ------------------------------------------------------------------------------------
     def run_turn(self, steps: Sequence[Step], *, step_timeout: float) -> list[list[str]]:
@@ -352,8 +231,8 @@ class HttpSession(AgentSession):
         ]
         responses.append({"text": f"turn {tag} done"})
         self._settle_strays(wait=False)
-        if self._items and (self._walked == 0 or self._turns_unwalked >= PAGE_CHECK_EVERY):
-            self._strays.append(self._t.beside(self._pages_walk()))  # the last turns' items, beside this one
+        if self.log.items and (self.log.walked == 0 or self._turns_unwalked >= PAGE_CHECK_EVERY):
+            self._walk_beside()  # the last turns' items, beside this one
         self._configure(tag, responses)
         sent = time.monotonic()
         if self._t.rtt >= PAIR_RTT and self._last_turn < SLOW_TURN * self._t.rtt:
@@ -364,17 +243,9 @@ class HttpSession(AgentSession):
         self._last_turn = time.monotonic() - sent
         self._fresh = True
         self._turns_unwalked += 1
-        outputs: dict[str, list[str]] = {}
-        calls: dict[str, list[str]] = {}
-        arguments: dict[str, Any] = {}
-        for item in self._items:
-            if item.get("type") == "function_call_output":
-                outputs.setdefault(item.get("call_id"), []).append(item.get("output"))
-            elif item.get("type") == "function_call":
-                calls.setdefault(item.get("call_id"), []).append(item.get("name"))
-                arguments[item.get("call_id")] = item.get("arguments")
         if outcome.get("status") != "completed":
-            done = sum(1 for cids in ids for c in cids if c in outputs)
+            have = self.log.with_output()
+            done = sum(1 for cids in ids for c in cids if c in have)
             if refused_for_size(outcome.get("error")):
                 raise ConversationTooLarge(
                     f"turn {tag} on {self._t.where}: the model refused a call for its size "
@@ -382,23 +253,7 @@ class HttpSession(AgentSession):
                     "what the model accepts (a tester error, not a server failure; see --conversation-budget)")
             raise TargetError(f"turn {tag} on {self._t.where} ended {outcome.get('status')}: "
                               f"{outcome.get('error')!r} ({done} of {sum(map(len, ids))} calls have outputs)")
-        result: list[list[str]] = []
-        for cids, step in zip(ids, steps):
-            row = []
-            for cid, call in zip(cids, step):
-                got = outputs.get(cid, [])
-                if len(got) != 1 or not isinstance(got[0], str):
-                    fail("items.calls", f"call {call!r} (call_id {cid}) has {len(got)} function_call_output "
-                                            "items with a string output; expected exactly one")
-                if calls.get(cid) != [call.tool]:
-                    fail("items.calls", f"call_id {cid}: function_call items {calls.get(cid)!r}, "
-                                            f"expected one naming {call.tool!r}")
-                if not same_arguments(call.arguments, arguments.get(cid)):
-                    fail("items.calls", f"call_id {cid}: the function_call item records arguments "
-                                            f"{arguments.get(cid)!r}, but the model sent {call.arguments!r}")
-                row.append(got[0])
-            result.append(row)
-        return result
+        return http_surface.call_outputs(ids, steps, self.log.items)
 
     def _configure(self, tag: str, responses: list[dict[str, Any]]) -> None:
         """Queue the turn's replies at the mock LLM (§5)."""
@@ -422,7 +277,7 @@ class HttpSession(AgentSession):
             refused = f"starting turn {tag} on {self._t.where}: {exc}"
         else:
             return response_id
-        fail("api.status", refused)  # raised out here: a violation never carries another exception as its context
+        http_surface.refused(refused)  # raised out here: a violation never carries another exception as its context
 
     def _await_turn(self, steps: Sequence[Step], ids: list[list[str]], response_id: str,
                     step_timeout: float) -> dict[str, Any]:
@@ -431,7 +286,7 @@ class HttpSession(AgentSession):
         is per step: each step that finishes (all of its calls have outputs) gives the next one
         ``step_timeout`` seconds, and a step that does not finish within that time is reported as a
         hang."""
-        began, started = len(self._items), time.monotonic()
+        began, started = len(self.log.items), time.monotonic()
         finished, deadline = 0, started + step_timeout
         interval, snapshot_at, last = POLL_FIRST, time.monotonic() + SNAPSHOT_EVERY, "no snapshot yet"
         while True:
@@ -441,8 +296,8 @@ class HttpSession(AgentSession):
                 outcome, last = self._fetch_new_and_outcome(response_id)
                 snapshot_at = time.monotonic() + SNAPSHOT_EVERY
             else:
-                self._fetch_new()
-            replied = self._replied(began)
+                self.log.fetch_new()
+            replied = self.log.replied(began)
             if outcome is None and (replied or time.monotonic() >= snapshot_at):
                 outcome, last = self._outcome(response_id)
                 snapshot_at = time.monotonic() + SNAPSHOT_EVERY
@@ -464,7 +319,7 @@ class HttpSession(AgentSession):
         instead of three (post, items, snapshot). Each answer is judged in the order the polls were
         sent, as :meth:`_await_turn` judges one; the polls still in flight when the turn has ended are
         settled later (:meth:`_settle_strays`)."""
-        began, started = len(self._items), time.monotonic()
+        began, started = len(self.log.items), time.monotonic()
         finished, deadline = 0, started + step_timeout
         post = self._t.beside(self._post, tag)
         response_id: str | None = None
@@ -476,8 +331,8 @@ class HttpSession(AgentSession):
             while True:
                 now = time.monotonic()
                 if now >= next_at and len(polls) < OVERLAP:
-                    cursor = self._items[-1].get("id") if self._items else None
-                    polls.append((now, cursor, self._t.beside(self._items_after, cursor),
+                    cursor = self.log.last_id()
+                    polls.append((now, cursor, self._t.beside(self.log.after, cursor),
                                   self._t.beside(self._snapshot)))
                     next_at = now + max(self._t.rtt / OVERLAP, min((now - started) * POLL_SHARE, POLL_LATE))
                 head = [post] if response_id is None else list(polls[0][2:]) if polls else []
@@ -493,10 +348,10 @@ class HttpSession(AgentSession):
                     response_id = post.result()
                 while polls and all(f.done() for f in polls[0][2:]):
                     observed, cursor, items, snapshot = polls.popleft()
-                    self._merge(cursor, items.result())
+                    self.log.merge(cursor, items.result())
                     outcome, last = self._judged(snapshot.result(), response_id)
                     if outcome is not None:
-                        if not self._replied(began):
+                        if not self.log.replied(began):
                             self._fetch_after_end(began, outcome)  # it ended after the items' answer was made
                         return outcome
                 finished, deadline, expired = self._advance(ids, finished, deadline, step_timeout, observed)
@@ -516,32 +371,11 @@ class HttpSession(AgentSession):
         wait = Wait(REPLY_SHOWS, lambda: self._t.rtt)
         while True:
             looked = wait.look()
-            self._fetch_new()
+            self.log.fetch_new()
             wait.looked(looked)
-            if outcome.get("status") != "completed" or self._replied(began) or wait.over(looked):
+            if outcome.get("status") != "completed" or self.log.replied(began) or wait.over(looked):
                 return
             meter.sleep(max(0.0, min(0.05 * wait.looks, 0.5) - (time.monotonic() - looked)), "turn-end poll")
-
-    def _items_after(self, cursor: str | None) -> list[dict[str, Any]]:
-        """The items after ``cursor`` (all, if None), in pages of 1000; the round trip measured (the
-        target's ``rtt``: whether a server is slow)."""
-        began = time.monotonic()
-        items = self._walk(f"/v1/sessions/{self.session_id}/items", cursor, itertools.repeat(1000))
-        self._t.rtt = time.monotonic() - began
-        return items
-
-    def _merge(self, cursor: str | None, page: list[dict[str, Any]]) -> None:
-        """Add the items a poll read after ``cursor`` to those held. A poll sent before others were
-        merged reads some of them again: they must be the same items, in the same order (§2.7)."""
-        start = 0
-        if cursor is not None:
-            start = next(n + 1 for n in range(len(self._items) - 1, -1, -1) if self._items[n].get("id") == cursor)
-        held = [i.get("id") for i in self._items[start:]]
-        again = [i.get("id") for i in page[: len(held)]]
-        if again != held[: len(again)]:
-            fail("items.pagination", f"two reads of the items after {cursor!r} disagree: {again[:5]} then "
-                                     f"{held[:5]} (items are records: each read must give the same ones, in order)")
-        self._items.extend(page[len(held):])
 
     def _settle_strays(self, *, wait: bool) -> None:
         """The walks and the polls that a turn's end left in flight: raise what one of them raised (a
@@ -562,19 +396,18 @@ class HttpSession(AgentSession):
         when the newest poll judged was sent; a hang is a verdict of absence, so only a poll sent
         after the deadline can prove it (one sent before may have been answered from an earlier
         state, however late its answer came)."""
-        have = {i.get("call_id") for i in self._items if i.get("type") == "function_call_output"}
-        now_finished = _steps_done(ids, have)
+        now_finished = _steps_done(ids, self.log.with_output())
         if now_finished > finished:
             return now_finished, time.monotonic() + step_timeout, False
         return finished, deadline, observed >= deadline
 
     def _fetch_new_and_outcome(self, response_id: str) -> tuple[dict[str, Any] | None, str]:
-        """:meth:`_fetch_new` and :meth:`_outcome` at once, the snapshot in the target's side thread.
+        """The new items (:meth:`ItemLog.fetch_new`) and :meth:`_outcome` at once, the snapshot in the target's side thread.
         Their answers may be made in either order; the caller fetches the items once more when the
         snapshot says the turn ended and its reply was not among them."""
         pending = self._t.beside(self._outcome, response_id)
         try:
-            self._fetch_new()
+            self.log.fetch_new()
         finally:  # the snapshot is waited for even when the items failed: nothing runs on unseen
             with meter.waited("http snapshot poll"):
                 futures.wait([pending])
@@ -585,25 +418,19 @@ class HttpSession(AgentSession):
         return self._judged(self._snapshot(), response_id)
 
     def _snapshot(self) -> Any:
-        return self._get(f"/v1/sessions/{self.session_id}")
+        return self._t.get_json(f"/v1/sessions/{self.session_id}")
 
     def _judged(self, snapshot: Any, response_id: str) -> tuple[dict[str, Any] | None, str]:
         """:meth:`_outcome` of a snapshot already fetched."""
-        if not isinstance(snapshot, Mapping):
-            fail("api.status", f"GET /v1/sessions/{self.session_id}: not a JSON object: {snapshot!r}"[:800])
+        snapshot = http_surface.json_object(snapshot, f"GET /v1/sessions/{self.session_id}")
         return turn_outcome(snapshot, response_id), f"last status seen: {snapshot.get('status')!r}"
-
-    def _replied(self, began: int) -> bool:
-        """Whether the turn's final text reply is among the items held from index ``began`` on."""
-        return any(i.get("type") == "message" and _role(i) == "assistant" for i in self._items[began:])
 
     def _hang(self, steps: Sequence[Step], ids: list[list[str]], timeout: float, detail: str) -> StepTimeout:
         """Which step hangs (the first with a call lacking its output), and stop the turn."""
         pending = 0
         try:
-            self._fetch_new()
-            have = {i.get("call_id") for i in self._items if i.get("type") == "function_call_output"}
-            pending = _steps_done(ids, have)
+            self.log.fetch_new()
+            pending = _steps_done(ids, self.log.with_output())
             self._t.client.post(f"/v1/sessions/{self.session_id}/events", json={"type": "interrupt"})
         except Exception as exc:  # the report matters more than this detail
             detail += f" (while inspecting the hang: {exc})"
@@ -617,9 +444,9 @@ class HttpSession(AgentSession):
     def events(self) -> list[EventView]:
         recorded = self._t.recorder.events(self.session_id) if self._t.recorder else None
         if not self._fresh:  # right after a turn, the items fetched at its end are this moment's
-            self._fetch_new()
+            self.log.fetch_new()
         self._fresh = False
-        items = [item for item in self._items if item.get("type") == "resource_event"]
+        items = self.log.of_type("resource_event")
         if recorded is not None:
             recorded.data = items
         views = []
@@ -632,19 +459,16 @@ class HttpSession(AgentSession):
         return views
 
     def terminals_view(self) -> list[Mapping[str, Any]] | None:
-        body = self._get(f"/v1/sessions/{self.session_id}/resources/terminals")
-        data = body.get("data") if isinstance(body, Mapping) else None
+        body = self._t.get_json(f"/v1/sessions/{self.session_id}/resources/terminals")
         if self._t.recorder:
-            self._t.recorder.view(self.session_id, data)
-        if not isinstance(data, list):
-            fail("view.terminals", f"/resources/terminals: 'data' is not a list: {body!r}"[:800])
-        return data
+            self._t.recorder.view(self.session_id, body.get("data") if isinstance(body, Mapping) else None)
+        return http_surface.terminals_data(body)
 
     def delete(self) -> None:
         if self._t.recorder:
             self._t.recorder.deleted(self.session_id)
-        if self._walked < len(self._items):  # the last turns' items, beside the walk still in flight
-            self._strays.append(self._t.beside(self._pages_walk()))
+        if self.log.walked < len(self.log.items):  # the last turns' items, beside the walk still in flight
+            self._walk_beside()
         try:
             self._settle_strays(wait=True)
         except Exception as failed:  # a walk or a poll failed: the terminals go all the same, that failure is reported
@@ -658,8 +482,7 @@ class HttpSession(AgentSession):
                                     f"{reply.text[:300]}")
             raise
         reply = self._t.client.delete(f"/v1/sessions/{self.session_id}")
-        if reply.status_code not in (200, 202, 204):  # (a 5xx is a ServerError, raised by the transport)
-            fail("api.status", f"DELETE session {self.session_id}: HTTP {reply.status_code} {reply.text[:300]}")
+        http_surface.answered(reply, (200, 202, 204), f"DELETE session {self.session_id}", limit=300)
 
 
 class SessionsTarget(Target):
@@ -687,6 +510,12 @@ class SessionsTarget(Target):
         """The next session, registered ahead (see :meth:`open_session`)."""
         self.rtt = 0.0
         """Seconds the last poll of the new items took (``PAIR_RTT``, ``SLOW_TURN``)."""
+
+    def get_json(self, path: str, **params: Any) -> Any:
+        """The JSON of a GET that §2 says answers 200 (a 5xx is a ServerError, raised by the transport)."""
+        reply = self.client.get(path, params=params or None)
+        http_surface.answered(reply, (200,), f"GET {path} {params}")
+        return reply.json()
 
     def page(self, call: Callable[..., T], *args: Any) -> futures.Future[T]:
         """Run ``call(*args)``, one page of a walk, in the target's page threads: a walk (itself run
@@ -771,16 +600,14 @@ class SessionsTarget(Target):
         finally:
             with meter.waited("http setup/other"):
                 futures.wait([online])
-        if reply.status_code != 201:
-            fail("api.status", f"registering agent {name}: HTTP {reply.status_code} {reply.text[:500]}")
+        http_surface.answered(reply, (201,), f"registering agent {name}")
         session_id = str(reply.json()["session_id"])
         try:
             online.result()
         except TurnTimeout as exc:
             raise TargetError(f"{self.where}: {exc}") from None
         bound = self.client.patch(f"/v1/sessions/{session_id}", json={"runner_id": self.runner_id})
-        if bound.status_code != 200:
-            fail("api.status", f"binding session {session_id} to runner: HTTP {bound.status_code} {bound.text[:300]}")
+        http_surface.answered(bound, (200,), f"binding session {session_id} to runner", limit=300)
         return HttpSession(self, session_id, model)
 
     def close(self) -> None:
