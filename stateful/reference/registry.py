@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from stateful.reference import faults
 from stateful.reference.reaper import ReaperLink
@@ -70,6 +70,7 @@ QUIET_BUSY = 0.3
 """Quiet period that ends a read's wait while the foreground program is still busy."""
 
 Key = tuple[str, str, str]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -426,38 +427,36 @@ class TerminalRegistry:
         self, session_id: str, terminal: str, session: str, *, text: str | None, keys: str
     ) -> None:
         """Type ``text`` literally, then press the whitespace-separated tmux ``keys``."""
-        entry = self._lookup((session_id, terminal, session))
-        with entry.io_lock:
-            if entry.removed:
-                raise TerminalNotFound(f"terminal '{terminal}:{session}' not found or not running")
-            if entry.server.is_alive():
-                try:
-                    if entry.fresh:
-                        self._wait(entry, FIRST_SEND_WAIT, entry.server.waiting_for_input)
-                        entry.fresh = False
-                    entry.server.send(text, keys.split())
-                    entry.dirty = True
-                    return
-                except TmuxError:
-                    if entry.server.is_alive():
-                        raise  # a tool error never claims a live terminal is dead
-        self._retire_dead(entry)
-        raise TerminalGone(f"Terminal {terminal}:{session} is no longer running (tmux server exited)")
+        def typed(entry: _Terminal) -> None:
+            if entry.fresh:
+                self._wait(entry, FIRST_SEND_WAIT, entry.server.waiting_for_input)
+                entry.fresh = False
+            entry.server.send(text, keys.split())
+            entry.dirty = True
+
+        self._on_live_pane((session_id, terminal, session), typed)
 
     def read(self, session_id: str, terminal: str, session: str, *, scrollback: int) -> str:
         """The pane as text: up to ``scrollback`` history lines, then the visible rows."""
-        entry = self._lookup((session_id, terminal, session))
+        return self._on_live_pane((session_id, terminal, session),
+                                  lambda entry: self._settled_capture(entry, scrollback))
+
+    def _on_live_pane(self, key: Key, action: Callable[[_Terminal], T]) -> T:
+        """``action`` on the pair's pane under its I/O lock: TerminalNotFound for a pair closed or
+        never launched, TerminalGone (and the pair retired) for one whose tmux server exited. A tmux
+        error on a live server is raised as it is: a tool error never claims a live terminal is dead."""
+        entry = self._lookup(key)
         with entry.io_lock:
             if entry.removed:
-                raise TerminalNotFound(f"terminal '{terminal}:{session}' not found or not running")
+                raise TerminalNotFound(f"terminal '{key[1]}:{key[2]}' not found or not running")
             if entry.server.is_alive():
                 try:
-                    return self._settled_capture(entry, scrollback)
+                    return action(entry)
                 except TmuxError:
                     if entry.server.is_alive():
                         raise
         self._retire_dead(entry)
-        raise TerminalGone(f"Terminal {terminal}:{session} is no longer running (tmux server exited)")
+        raise TerminalGone(f"Terminal {key[1]}:{key[2]} is no longer running (tmux server exited)")
 
     @staticmethod
     def _wait(entry: _Terminal, timeout: float, ready: Callable[[], bool]) -> bool:

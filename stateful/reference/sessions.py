@@ -76,25 +76,15 @@ class _Item:
     fields: dict[str, Any]
     status: str = "completed"
 
+    def _head(self) -> dict[str, Any]:
+        return {"id": self.id, "response_id": self.response_id, "type": self.type, "status": self.status,
+                "created_at": self.created_at}
+
     def flat(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "response_id": self.response_id,
-            "type": self.type,
-            "status": self.status,
-            "created_at": self.created_at,
-            **self.fields,
-        }
+        return {**self._head(), **self.fields}
 
     def nested(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "response_id": self.response_id,
-            "type": self.type,
-            "status": self.status,
-            "created_at": self.created_at,
-            "data": dict(self.fields),
-        }
+        return {**self._head(), "data": dict(self.fields)}
 
 
 @dataclass
