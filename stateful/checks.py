@@ -35,6 +35,10 @@ _COUNTER = itertools.count(1)
 _TOKEN = re.compile(r"(?<![A-Za-z0-9])(?:(?:MK|RP)_42|H_[0-9a-f]{32})_(u[0-9a-z]+)(?![0-9a-z])")
 
 
+MARKER_ID = re.compile(r"(?<![0-9a-z])u[0-9a-f]{6}z[0-9a-f]{4}(?![0-9a-z])")
+"""A marker id as :func:`new_uid` makes them (every command the machine types ends in one)."""
+
+
 def new_uid() -> str:
     """A marker id unique in this process (and, by the run tag, across processes). Always as long
     (up to 16 M ids): a command that holds it is as long in every run, so a cut drawn at an index
@@ -204,14 +208,39 @@ def logical_lines(screen: str, width: int = WRAP_COLUMNS) -> list[str]:
     return lines
 
 
+def shown_as_typed(screen: str, text: str, width: int = WRAP_COLUMNS) -> int | None:
+    """The row where the one-line ``text`` ends, if the screen shows it exactly as typed (its last
+    copy), else None.
+
+    A read's rows come without their trailing spaces (tmux's capture-pane trims them), so a line
+    that wrapped where a space fell in the last column comes back one column short, and
+    :func:`logical_lines` cannot tell it from a line that ended there. Padded back to the pane's
+    width and laid end to end, the rows are what the terminal shows: a text found there arrived as
+    written, however it wrapped and whatever stands before it on its first row (a prompt, or the
+    kernel's echo of the same text typed ahead of a shell that then echoed it again)."""
+    flat, ends = "", []
+    for row in _rows(screen):
+        flat += row.ljust(width)
+        ends.append(len(flat))
+    at = flat.rfind(text)
+    if at < 0 or not text:
+        return None
+    return next(n for n, end in enumerate(ends) if end >= at + len(text))
+
+
 def typed_echo(screen: str, typed: str, uid: str | None = None, *, by_uid_only: bool = False) -> tuple[str, bool] | None:
     """How the screen echoes the command ``typed``, prompts stripped, and whether any non-blank row
     follows it (the program went on: the command ran). None if no line of the screen resembles it.
 
-    The echo is found from its end: the last line that shows ``uid`` (every command the machine
-    types ends in its marker id) or else, unless ``by_uid_only``, the last one that shows the
-    command's start (which may be an earlier command's line: good enough to explain a time-out,
-    never to conclude anything before one)."""
+    A one-line printable ASCII command shown exactly as typed (:func:`shown_as_typed`) is its own
+    echo. Otherwise the echo is found from its end: the last line that shows ``uid`` (every command
+    the machine types ends in its marker id) or else, unless ``by_uid_only``, the last one that
+    shows the command's start (which may be an earlier command's line: good enough to explain a
+    time-out, never to conclude anything before one)."""
+    if "\n" not in typed and typed.isascii() and typed.isprintable() and (not by_uid_only or (uid and uid in typed)):
+        row = shown_as_typed(screen, typed)
+        if row is not None:
+            return typed, any(line.strip() for line in _rows(screen)[row + 1:])
     lines = logical_lines(screen)
     first = typed.split("\n")[0]
     end = None
@@ -224,12 +253,17 @@ def typed_echo(screen: str, typed: str, uid: str | None = None, *, by_uid_only: 
     start = max(0, end - typed.count("\n"))
     shown = [lines[start]] + [_strip_continuation(line) for line in lines[start + 1:end + 1]]
     head = shown[0]
-    # The first run of characters that the line and the command share marks where the command
-    # starts (what stands before it is the prompt).
-    block = difflib.SequenceMatcher(None, head, first, autojunk=False).get_matching_blocks()[0]
-    if block.size == 0:
-        return None
-    shown[0] = head[max(0, block.a - block.b):]
+    # The command's first line, where the row shows it whole (its last copy: the kernel may have
+    # echoed a text typed ahead before the program echoed it again), or else the first run of
+    # characters that the row and the command share, marks where the command starts (what stands
+    # before it is the prompt).
+    if first and first in head:
+        shown[0] = head[head.rfind(first):]
+    else:
+        block = difflib.SequenceMatcher(None, head, first, autojunk=False).get_matching_blocks()[0]
+        if block.size == 0:
+            return None
+        shown[0] = head[max(0, block.a - block.b):]
     ran = any(line.strip() for line in lines[end + 1:])
     return "\n".join(shown).rstrip(), ran
 
@@ -312,6 +346,8 @@ def diagnose_typed(screen: str, typed: str, chunks: Sequence[str], uid: str | No
         return "read.output-shows", (f"the command {_quoted(typed)} ran and its output showed, but no row "
                                      "(the program's next prompt) ever followed it")
     found = typed_echo(screen, typed, uid)
+    if found is not None and uid and any(other != uid for other in MARKER_ID.findall(found[0])):
+        found = None  # the line found by the command's start is an earlier command's (its own marker id)
     if found is None and "\n" in typed:
         last, parts = last_line_typed(typed, chunks)
         clause, why = diagnose_typed(screen, last, parts, uid)

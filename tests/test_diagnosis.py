@@ -119,3 +119,71 @@ def test_a_semicolon_lost_in_the_last_line_of_a_heredoc_is_named() -> None:
     assert clause == "send.text-literal", why
     assert "`;`" in why and "last line of the 3 lines typed" in why
     assert checks.last_line_typed(typed, chunks) == (MARKER, ("set +H;", MARKER[len("set +H;"):]))
+
+
+def as_captured(line: str) -> list[str]:
+    """A line as a read shows it: wrapped into rows of the pane's width, each without its trailing
+    spaces (tmux's capture-pane trims them)."""
+    return [line[i:i + checks.WRAP_COLUMNS].rstrip(" ") for i in range(0, len(line), checks.WRAP_COLUMNS)]
+
+
+REAL_UID = "u000001zab12"
+C_LOCALE = f"set +H; LC_ALL=C printf '%s\\n' -; echo H_$(printf %s - | md5sum | cut -c1-32)_{REAL_UID}"
+
+
+def test_a_command_wrapped_where_a_space_fell_is_shown_as_typed() -> None:
+    """stop 31's false alarm, as far as it can be rebuilt: the space in the last column of a wrapped
+    echo is trimmed from its row, so the row is 79 columns and was not joined to the next; the line
+    with the marker id was taken for the whole echo, and the printf's output that came before the
+    marker's (a non-blank row after it) for a program gone on without the text's start."""
+    prompt = "bash-5.2$ "
+    at = C_LOCALE.index(" ", checks.WRAP_COLUMNS - len(prompt) - 5)
+    prompt = "x" * (checks.WRAP_COLUMNS - 1 - at) + "$ "  # the space falls in the last column
+    line = prompt + C_LOCALE
+    assert line[checks.WRAP_COLUMNS - 1] == " "
+    rows = as_captured(line)
+    assert len(rows[0]) == checks.WRAP_COLUMNS - 1  # what logical_lines cannot rejoin
+    shown = screen(*rows, "-")  # the printf ran, the marker's pipeline has not printed yet
+    assert checks.typed_echo(shown, C_LOCALE, REAL_UID, by_uid_only=True) == (C_LOCALE, True)
+    clause, why = checks.diagnose_typed(screen(*rows), C_LOCALE, [C_LOCALE], REAL_UID)
+    assert clause == "send.keys", why  # it arrived as written, and never ran
+
+
+def test_text_typed_ahead_and_echoed_twice_on_one_row_arrived_as_written() -> None:
+    """A fresh shell that starts reading late: the kernel echoes the text typed ahead, the shell
+    prints its prompt after it, then echoes the same text again. The last copy is the command."""
+    rows = as_captured(MARKER[:12] + "bash-5.2$ " + MARKER)
+    assert checks.typed_echo(screen(*rows), MARKER, UID, by_uid_only=True) == (MARKER, False)
+    assert checks.diagnose_typed(screen(*rows), MARKER, [MARKER[:12], MARKER[12:]], UID)[0] == "send.keys"
+    full = MARKER + "bash-5.2$ " + MARKER  # a text over several sends: the shell's echo follows a partial kernel echo
+    assert checks.typed_echo(screen(full[:80], full[80:]), MARKER, UID) == (MARKER, False)
+
+
+def test_a_row_of_exactly_the_pane_width_followed_by_output_is_not_one_line() -> None:
+    cmd = f"seq -f 'SC%g' 1 60; echo -E MK_$((6*7))_{REAL_UID}"
+    prompt = "p" * (checks.WRAP_COLUMNS - len(cmd) - 2) + "$ "
+    assert len(prompt + cmd) == checks.WRAP_COLUMNS
+    assert checks.typed_echo(screen(prompt + cmd, "SC1", "SC2"), cmd, REAL_UID, by_uid_only=True) == (cmd, True)
+
+
+def test_a_time_out_never_blames_the_text_for_an_earlier_commands_line() -> None:
+    """No line shows this command: the last line that shows its start (``set +H``) is an earlier
+    marker's, whose own id differs. That is a command the screen does not show, not one changed."""
+    earlier = MARKER.replace(UID, "u0000a0zab12")
+    shown = screen(PROMPT + earlier, "MK_42_u0000a0zab12", PROMPT.rstrip())
+    clause, why = checks.diagnose_typed(shown, MARKER.replace(UID, REAL_UID), [MARKER], REAL_UID)
+    assert clause == "read.output-shows" and "does not show the command" in why
+
+
+def test_what_a_server_really_lost_is_still_named() -> None:
+    """The shapes above must not hide a text that did not arrive: a `;` dropped at a cut, a text
+    whose start was lost, one changed in its middle (each shown on one row, or wrapped)."""
+    semicolon = C_LOCALE.replace("printf '%s\\n' -;", "printf '%s\\n' -")
+    assert checks.diagnose_typed(screen(*as_captured(PROMPT + semicolon), "-", "x"), C_LOCALE, [C_LOCALE],
+                                 REAL_UID)[0] == "send.text-literal"
+    lost_start = screen(PROMPT + C_LOCALE[9:], "-")
+    echo = checks.typed_echo(lost_start, C_LOCALE, REAL_UID, by_uid_only=True)
+    assert echo is not None and echo[1] and not C_LOCALE.startswith(echo[0])  # the plain check's verdict
+    changed = C_LOCALE.replace("md5sum", "md5sun")
+    echo = checks.typed_echo(screen(*as_captured(PROMPT + changed), "-"), C_LOCALE, REAL_UID, by_uid_only=True)
+    assert echo is not None and echo[0] != C_LOCALE and not C_LOCALE.startswith(echo[0])
