@@ -415,17 +415,23 @@ async def _json_body(request: Request) -> Any:
         raise ConfigError("body is not usable JSON: nested too deeply") from None
 
 
+async def _json_object(request: Request, what: str = "the body") -> dict[str, Any]:
+    """The request's JSON body, which must be an object (else a :class:`ConfigError`, 400)."""
+    body = await _json_body(request)
+    if not isinstance(body, dict):
+        raise ConfigError(f"{what} must be a JSON object")
+    return body
+
+
 def create_mock_llm_app(state: MockState | None = None) -> Starlette:
     """The mock LLM as a Starlette app; ``app.state.mock`` is its :class:`MockState`."""
     mock = state or MockState()
 
     async def responses(request: Request) -> Response:
         try:
-            body = await _json_body(request)
+            body = await _json_object(request, "the request body")
         except ConfigError as exc:
             return _api_error(str(exc), exc.status)
-        if not isinstance(body, dict):
-            return _api_error("the request body must be a JSON object", 400)
         meter.largest("model request", request.state.body_size)
         key, entry = mock.take(body, request.state.body_size)
         if entry.delay:
@@ -448,9 +454,7 @@ def create_mock_llm_app(state: MockState | None = None) -> Starlette:
 
     async def configure(request: Request) -> Response:
         try:
-            body = await _json_body(request)
-            if not isinstance(body, dict):
-                raise ConfigError("the body must be a JSON object")
+            body = await _json_object(request)
             key = body.get("key", DEFAULT_KEY)
             if not isinstance(key, str) or not key:
                 raise ConfigError("'key' must be a non-empty string")
@@ -467,11 +471,9 @@ def create_mock_llm_app(state: MockState | None = None) -> Starlette:
 
     async def set_fallback(request: Request) -> Response:
         try:
-            body = await _json_body(request)
+            body = await _json_object(request)
         except ConfigError as exc:
             return _plain_error(str(exc), exc.status)
-        if not isinstance(body, dict):
-            return _plain_error("the body must be a JSON object")
         key, text = body.get("key", DEFAULT_KEY), body.get("text")
         if not isinstance(key, str) or not key or not isinstance(text, str):
             return _plain_error("expected {'key': non-empty string, 'text': string}")
