@@ -111,6 +111,7 @@ def run_the_action(tmp_path: Path, env: dict[str, str]) -> tuple[str, subprocess
     workspace.mkdir()
     campaign = run_step(steps["campaign"], env, workspace)
     assert campaign.returncode == 0, campaign.stdout + campaign.stderr  # the step itself never fails
+    (tmp_path / "campaign.log").write_text(campaign.stdout + campaign.stderr, encoding="utf-8")  # the job's log
     (output,) = (tmp_path / "output").read_text(encoding="utf-8").splitlines()
     summary = run_step(steps["the clause results in the job summary"], env, workspace)
     assert summary.returncode == 0, summary.stderr
@@ -144,6 +145,8 @@ def test_a_failed_clause_fails_the_job_and_keeps_the_repro(tmp_path: Path, run_r
     assert failed and failed <= set(FAULTS.values()) and all(clause in summary for clause in failed), \
         unexpected(failures, tmp_path / "workspace")
     repros = [Path(f["repro"]) for f in failures if f.get("repro")]
+    said = (tmp_path / "campaign.log").read_text(encoding="utf-8")  # --quiet, yet the log says what failed
+    assert all(f"FAILED {f.get('key', f['clause'])}: " in said for f in failures), said
     assert repros, (report / "report.md").read_text(encoding="utf-8")  # in the artifact's directory:
     assert all((tmp_path / "workspace" / r).resolve().parent == (report / "repros").resolve() for r in repros), repros
     assert all((tmp_path / "workspace" / r).is_file() for r in repros), repros

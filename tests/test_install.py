@@ -156,7 +156,8 @@ def test_a_wheel_installed_in_a_fresh_venv_runs_a_campaign_from_anywhere(tmp_pat
 
     campaign = run([str(environment / "bin" / "stateful"), "campaign", "--target", "direct", "--budget", "30s",
                     "--report", "R", "--quiet"], cwd=elsewhere, env=env, timeout=180)
-    assert campaign.returncode == 0, campaign.stdout + campaign.stderr
+    assert campaign.returncode == 0, campaign.stdout + campaign.stderr + "".join(  # what it found, whole
+        f"\n--- {path.name}\n{path.read_text(encoding='utf-8')}" for path in sorted(elsewhere.rglob("*repro*.py")))
     report = json.loads((elsewhere / "R" / "report.json").read_text(encoding="utf-8"))
     assert report["programs"] > 0, report
     assert {c["id"] for c in report["clauses"]} == set(CLAUSES)  # a verdict per clause

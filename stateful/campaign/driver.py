@@ -224,6 +224,8 @@ def _campaign(args: argparse.Namespace, run_dir: Path, deviations: list[Deviatio
         written.append(_write_baseline(args.write_deviations, report))
     if not args.quiet:
         _summary(report, written, interrupted, observed=args.observe)
+    elif report.failed:  # a red run says why, even with --quiet (a CI log may be all a user gets)
+        print("\n".join(_failure_lines(report)), file=sys.stderr, flush=True)
     for entry in report.stale:  # one line each, even with --quiet: what to remove from the file
         print(entry.line() + (" (--allow-stale: not failing)" if args.allow_stale else ""), file=sys.stderr, flush=True)
     if interrupted:
@@ -346,19 +348,24 @@ def _report_joined(args: argparse.Namespace) -> int:
     return 1 if report.failed else 0
 
 
+def _failure_lines(report: CampaignReport) -> list[str]:
+    """What failed the campaign: each failure (its key, message and repro) and each tester error."""
+    lines = [f"FAILED {f.get('key', f['clause'])}: {f['message'][:200]}" + (f"\n  repro: {f['repro']}" if f.get("repro") else
+                                                                 "\n  (no repro: its replays did not fail again)"
+                                                                 if f.get("reproduced") is False else
+                                                                 "\n  (not shrunk: the budget ended first)")
+             + (f"\n  plain repro: {f['plain']}" if str(f.get("plain") or "").endswith(".py") else "")
+             for f in report.failures]
+    return lines + [f"ERROR  {e.strip().splitlines()[-1]}" for e in report.errors]
+
+
 def _summary(report: CampaignReport, written: list[Path], interrupted: bool, observed: Path | None = None) -> None:
     rate = report.steps / report.elapsed_s if report.elapsed_s else 0.0
     head = "interrupted" if interrupted else "done"
     lines = [f"campaign {head} after {report.elapsed_s:g} s (budget {report.budget_s:g} s): {report.workers} workers, "
              f"{report.programs} programs, {report.steps} steps ({rate:.1f} steps/s)"]
-    lines += [f"FAILED {f.get('key', f['clause'])}: {f['message'][:200]}" + (f"\n  repro: {f['repro']}" if f.get("repro") else
-                                                                "\n  (no repro: its replays did not fail again)"
-                                                                if f.get("reproduced") is False else
-                                                                "\n  (not shrunk: the budget ended first)")
-              + (f"\n  plain repro: {f['plain']}" if str(f.get("plain") or "").endswith(".py") else "")
-              for f in report.failures]
+    lines += _failure_lines(report)
     lines += [f"known  {k['clause']}: met {k['count']} times" for k in report.known]
-    lines += [f"ERROR  {e.strip().splitlines()[-1]}" for e in report.errors]
     if report.steered:
         lines.append(f"steered away from (inputs of known failures): {', '.join(report.steered)}")
     if interrupted:

@@ -88,5 +88,5 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     p.add_argument("--no-steering", action="store_true",
                    help="keep drawing the inputs of known failures (by default, once a failure is known, later "
                         "searches stop drawing the input that provoked it: a `;` ending a typed chunk, ...)")
-    p.add_argument("--quiet", action="store_true", help="no progress line and no summary")
+    p.add_argument("--quiet", action="store_true", help="no progress line and no summary (what failed is still said, on stderr)")
     return p
