@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from test_campaign import FAULTS, run_root  # noqa: F401 - run_root: a fixture used below
+from test_campaign import FAULTS, findings_beyond, run_root  # noqa: F401 - run_root: a fixture used below
 
 ROOT = Path(__file__).resolve().parent.parent
 ACTION = ROOT / "action.yml"
@@ -143,26 +143,13 @@ def test_a_failed_clause_fails_the_job_and_keeps_the_repro(tmp_path: Path, run_r
     failed = {f["clause"] for f in failures}
     summary = (tmp_path / "summary").read_text(encoding="utf-8")
     assert failed and failed <= set(FAULTS.values()) and all(clause in summary for clause in failed), \
-        unexpected(failures, tmp_path / "workspace")
+        findings_beyond(failures, FAULTS.values(), tmp_path / "workspace")
     repros = [Path(f["repro"]) for f in failures if f.get("repro")]
     said = (tmp_path / "campaign.log").read_text(encoding="utf-8")  # --quiet, yet the log says what failed
     assert all(f"FAILED {f.get('key', f['clause'])}: " in said for f in failures), said
     assert repros, (report / "report.md").read_text(encoding="utf-8")  # in the artifact's directory:
     assert all((tmp_path / "workspace" / r).resolve().parent == (report / "repros").resolve() for r in repros), repros
     assert all((tmp_path / "workspace" / r).is_file() for r in repros), repros
-
-
-def unexpected(failures: list[dict[str, Any]], workspace: Path) -> str:
-    """What the campaign found beyond the planted faults, whole: each finding's message and its repro's
-    text (the run's files are gone when CI prints a failure, so the failure must carry them)."""
-    said = []
-    for finding in failures:
-        if finding["clause"] in FAULTS.values():
-            continue
-        repro = workspace / finding["repro"] if finding.get("repro") else None
-        text = repro.read_text(encoding="utf-8") if repro is not None and repro.is_file() else "(no repro)"
-        said.append(f"{finding['clause']}: {finding['message']}\n{text}")
-    return "\n\n".join(said) or f"nothing beyond the planted faults: {failures}"
 
 
 def test_a_usage_error_fails_the_job_with_its_own_status(tmp_path: Path, run_root: Path) -> None:  # noqa: F811

@@ -187,3 +187,15 @@ def test_what_a_server_really_lost_is_still_named() -> None:
     changed = C_LOCALE.replace("md5sum", "md5sun")
     echo = checks.typed_echo(screen(*as_captured(PROMPT + changed), "-"), C_LOCALE, REAL_UID, by_uid_only=True)
     assert echo is not None and echo[0] != C_LOCALE and not C_LOCALE.startswith(echo[0])
+
+
+def test_an_echo_without_its_zero_width_joiner_is_no_text_that_did_not_arrive() -> None:
+    """What tmux showed of `printf %s 'a<ZWSP>b<ZWJ>'` typed into bash (checked by hand): the zero-width
+    joiner is not in the capture, although the shell got it (its digest was right). A time-out's
+    diagnosis must not say it was dropped (ci10: a campaign's false send.text-literal)."""
+    typed = "echo H_$(printf %s 'a\u200bb\u200d' | md5sum | cut -c1-32)_" + REAL_UID
+    shown = screen(PROMPT + typed.replace("\u200d", ""), PROMPT.rstrip())
+    clause, why = checks.diagnose_typed(shown, typed, [typed], REAL_UID)
+    assert clause == "read.output-shows", why
+    lost = screen(PROMPT + typed.replace("\u200bb", "\u200b"), PROMPT.rstrip())  # a visible character lost: named
+    assert checks.diagnose_typed(lost, typed, [typed], REAL_UID)[0] == "send.text-literal"
