@@ -431,3 +431,26 @@ def test_odd_text_and_keys_are_typed_not_rejected(
     server, out = _sink(start, tmp_path, len(expected), eventually)
     server.send("t\ud800", keys)
     assert _received(server, out, eventually) == expected
+
+
+def test_a_server_that_comes_up_after_its_destroy_is_ended() -> None:
+    """A signal that ends a run while a launch's tmux client is still starting the server: the
+    destroy runs before the server exists, and the server (and its pane's program) came up after it
+    (ci11: a campaign ended by SIGINT left a tmux server and its bash). The destroy looks for it."""
+    from stateful.reference.tmux import _servers_naming
+
+    server = TmuxServer()
+    marker = str(600 + os.getpid() % 1000).encode()  # this test's pane program: sleep <marker>
+    late = subprocess.Popen(["sh", "-c", f"sleep 0.5; exec tmux -S '{server.socket_path}' -f /dev/null "
+                                         f"new-session -d -x 80 -y 24 'sleep {marker.decode()}'"])
+    server.destroy()
+    late.wait(10)
+    assert not _servers_naming(server.socket_path)
+    assert not [s.pid for s in tmux._all_stats() if s.comm == "sleep" and _cmdline(s.pid) == b"sleep\0" + marker + b"\0"]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

@@ -342,6 +342,43 @@ def kill_session(leader: ProcessRef, *, grace: float = 1.0, timeout: float = 2.0
     return members
 
 
+LATE_SERVER_WAIT = 2.0
+"""Seconds a destroy whose server's pid was never learned looks for that server coming up late."""
+
+
+def _servers_naming(socket_path: str) -> list[ProcStat]:
+    """The tmux processes whose command line names ``socket_path`` (a server keeps the arguments of
+    the client that forked it); the private socket's path is ours alone."""
+    found = []
+    named = os.fsencode(socket_path)
+    for stat in _all_stats():
+        if stat.comm != "tmux: server" and not stat.comm.startswith("tmux"):
+            continue
+        try:
+            with open(f"/proc/{stat.pid}/cmdline", "rb") as handle:
+                arguments = handle.read().split(b"\0")
+        except OSError:
+            continue
+        if any(named in argument for argument in arguments):
+            found.append(stat)
+    return found
+
+
+def _end_late_servers(socket_path: str, within: float) -> None:
+    """End a server that comes up after its destroy: one whose start was still under way when a
+    signal ended the run (the client that starts it runs on, so the server and its pane's program
+    appear after everything known was killed). Looks for ``within`` seconds; kills the pane's
+    programs (the server's children) and the server."""
+    deadline = time.monotonic() + within
+    while True:
+        for server in _servers_naming(socket_path):
+            children = [stat.pid for stat in _all_stats() if stat.ppid == server.pid]
+            _signal_all([server.pid, *children], signal.SIGKILL)
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(0.05)
+
+
 # --------------------------------------------------------------------------------------------
 # argument escaping
 
@@ -745,4 +782,6 @@ class TmuxServer:
                 survivors = kill_session(self.pane)
                 if survivors:
                     logger.warning("terminal processes survived SIGKILL: %s", survivors)
+            if self.server is None:
+                _end_late_servers(self.socket_path, LATE_SERVER_WAIT)
             shutil.rmtree(self.directory, ignore_errors=True)
