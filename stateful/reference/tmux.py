@@ -352,7 +352,7 @@ def _servers_naming(socket_path: str) -> list[ProcStat]:
     found = []
     named = os.fsencode(socket_path)
     for stat in _all_stats():
-        if stat.comm != "tmux: server" and not stat.comm.startswith("tmux"):
+        if not stat.comm.startswith("tmux"):  # the client ("tmux") and the server ("tmux: server")
             continue
         try:
             with open(f"/proc/{stat.pid}/cmdline", "rb") as handle:
