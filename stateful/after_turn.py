@@ -120,6 +120,7 @@ def count_conversation(world: World, agent: Agent, steps: Sequence[Sequence[Call
         added = conversation.turn_bytes(steps, outputs)
         agent.conversation += added
         world.largest_turn = max(world.largest_turn, added)
+        world.largest_conversation = max(world.largest_conversation, agent.conversation)
         meter.largest("conversation (count)", agent.conversation)
         meter.largest("turn (count)", added)
 

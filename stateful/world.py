@@ -248,6 +248,9 @@ class World:
         self.largest_turn = 0
         """Bytes the program's largest turn so far added to its session's conversation (what the next
         one may add: :mod:`stateful.conversation`)."""
+        self.largest_conversation = 0
+        """Bytes the program's largest agent session conversation reached (the machine's own count, an
+        upper bound of the model request: a campaign reports the largest, issue 27)."""
 
     @property
     def budgeted(self) -> bool:

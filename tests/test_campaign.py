@@ -210,13 +210,36 @@ def test_the_steps_of_a_failing_program_count_the_rule_that_raised() -> None:
     assert gate._steps() == 3
 
 
+def test_the_report_names_the_largest_conversation_any_program_reached() -> None:
+    """Issue 27: a campaign measures how large its agent sessions' conversations grew. Each program's
+    largest (kept by the world across the sessions it moved on from) is kept per worker, and the report
+    shows the largest of all workers."""
+    from types import SimpleNamespace
+
+    from stateful.campaign.gate import Gate
+    from stateful.campaign.report import build_report, markdown
+
+    gate = Gate(seen_dir=Path("/nonexistent"), allowed=frozenset(), worker=0, started=0.0, deadline=0.0)
+    for largest in (120_000, 480_500, 90_000):
+        gate.machine = SimpleNamespace(rules_run=2, world=SimpleNamespace(busy=False, largest_conversation=largest))
+        gate._account()
+    assert gate.largest_conversation == 480_500
+    states = [{"programs": 3, "steps": 6, "largest_conversation": gate.largest_conversation},
+              {"programs": 1, "steps": 2, "largest_conversation": 70_000}, {}]
+    report = build_report(60, 60, 3, states, {}, [], [])
+    assert report.largest_conversation == 480_500
+    assert report.as_json()["largest_conversation"] == 480_500
+    assert "the largest agent conversation reached 480.5 kB" in markdown(report)
+    assert "largest agent conversation" not in markdown(build_report(60, 60, 1, [{"programs": 1}], {}, [], []))
+
+
 # -- campaigns --------------------------------------------------------------------------------------
 
 
 def _report(directory: Path) -> dict[str, Any]:
     data = json.loads((directory / "report.json").read_text())
-    assert set(data) == {"budget_s", "elapsed_s", "interrupted", "workers", "programs", "steps", "failures", "known",
-                         "steered", "coverage", "clauses", "stale", "timeline"}
+    assert set(data) == {"budget_s", "elapsed_s", "interrupted", "workers", "programs", "steps", "largest_conversation",
+                         "failures", "known", "steered", "coverage", "clauses", "stale", "timeline"}
     assert [c["id"] for c in data["clauses"]] == list(CLAUSES) and all(c["why"] for c in data["clauses"])
     assert data["interrupted"] is False
     assert all(set(f) == set(FAILURE_KEYS) for f in data["failures"])
@@ -319,6 +342,7 @@ def test_a_campaign_with_a_small_conversation_budget_runs_to_its_end_on_the_corr
     _nothing_left(run_root)
     data = _report(report_dir)
     assert data["failures"] == [] and data["known"] == []  # no target:TargetError, no error:ConversationTooLarge
+    assert data["largest_conversation"] > 0, data  # measured (sessions carry a conversation)
     # (that the budget is reached and acted on is tests/test_conversation.py's: fixed programs; a 40 s
     # campaign on a loaded box may run only a few programs)
     assert "no clause failed outside the allowed ones" in result.stdout

@@ -363,7 +363,9 @@ def _summary(report: CampaignReport, written: list[Path], interrupted: bool, obs
     rate = report.steps / report.elapsed_s if report.elapsed_s else 0.0
     head = "interrupted" if interrupted else "done"
     lines = [f"campaign {head} after {report.elapsed_s:g} s (budget {report.budget_s:g} s): {report.workers} workers, "
-             f"{report.programs} programs, {report.steps} steps ({rate:.1f} steps/s)"]
+             f"{report.programs} programs, {report.steps} steps ({rate:.1f} steps/s)"
+             + (f", largest agent conversation {report.largest_conversation / 1000:.1f} kB"
+                if report.largest_conversation else "")]
     lines += _failure_lines(report)
     lines += [f"known  {k['clause']}: met {k['count']} times" for k in report.known]
     if report.steered:

@@ -109,6 +109,8 @@ class Gate:
     known: Counter[str] = field(default_factory=Counter)
     repeats: Counter[str] = field(default_factory=Counter)
     """Failures already claimed, met again (by key), whether they ended a program or it went on past them."""
+    largest_conversation: int = 0
+    """Bytes the largest agent session conversation of this worker's programs reached (the machine's count)."""
     examples: dict[str, str] = field(default_factory=dict)
     """The first line of the first known deviation a program went on past, by clause (allowed) or key."""
     done: set[str] = field(default_factory=set)
@@ -255,6 +257,8 @@ class Gate:
     def _account(self) -> None:
         self.programs += 1
         self.steps += self._steps()
+        world = getattr(self.machine, "world", None)
+        self.largest_conversation = max(self.largest_conversation, getattr(world, "largest_conversation", 0))
         try:
             labels = current_build_context().data.events
         except Exception:  # no build context: nothing to count

@@ -50,6 +50,9 @@ class CampaignReport:
     """Each deviation's repro (``FILE:LINE`` of its entry) -> its replay's line at the campaign's start."""
     timeline: list[list[float]] = field(default_factory=list)
     """``[seconds, steps]`` of all workers together, over the budget (for the plot of report.html)."""
+    largest_conversation: int = 0
+    """Bytes the largest agent session conversation of any program reached (the machine's own count, an
+    upper bound of a model request; 0: the target carries none): what ``--conversation-budget`` bounds."""
     campaign: dict[str, Any] | None = None
     """A campaign joined in Redis (``--join``): its name, its processes, and who claimed each finding
     (``stateful.campaign.joined``); None for a campaign of one machine."""
@@ -58,7 +61,7 @@ class CampaignReport:
         """The schema of report.json (docs/campaigns.md)."""
         return {"budget_s": self.budget_s, "elapsed_s": self.elapsed_s, "interrupted": self.interrupted,
                 "workers": self.workers,
-                "programs": self.programs, "steps": self.steps,
+                "programs": self.programs, "steps": self.steps, "largest_conversation": self.largest_conversation,
                 "failures": [{k: f.get(k) for k in FAILURE_KEYS} | _found_by(f) for f in self.failures],
                 "known": self.known, "steered": self.steered, "coverage": self.coverage,
                 "clauses": [v.as_json() for v in self.clauses],
@@ -122,7 +125,8 @@ def build_report(budget: float, elapsed: float, workers: int, states: Sequence[M
                for c in sorted(listed) if known[c]],
         coverage=dict(sorted(coverage.items())), deviations=list(deviations), repeats=dict(repeats), errors=errors,
         steered=steered, interrupted=interrupted, clauses=verdicts, stale=stale, replays=dict(replays or {}),
-        timeline=timeline(states, elapsed))
+        timeline=timeline(states, elapsed),
+        largest_conversation=max((int(s.get("largest_conversation", 0)) for s in states), default=0))
 
 
 def _found_by(failure: Mapping[str, Any]) -> dict[str, Any]:
@@ -182,7 +186,9 @@ def markdown(report: CampaignReport) -> str:
     lines = [f"# Campaign report: {verdict}", "",
              f"{report.elapsed_s:g} s of a {report.budget_s:g} s budget, {report.workers} workers: "
              f"{report.programs} programs, {report.steps} steps ({rate:.1f} steps/s), "
-             f"{len(report.failures)} distinct failures, {sum(k['count'] for k in report.known)} known deviations met.",
+             f"{len(report.failures)} distinct failures, {sum(k['count'] for k in report.known)} known deviations met"
+             + (f"; the largest agent conversation reached {report.largest_conversation / 1000:.1f} kB."
+                if report.largest_conversation else "."),
              *_processes(report), "", "## Failures", ""]
     if not report.failures:
         lines.append("None.")

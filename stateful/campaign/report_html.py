@@ -112,7 +112,9 @@ def html_report(report: CampaignReport) -> str:
             f'<h1>Campaign report: <span class="{kind}">{escape(head)}</span></h1>'
             f"<p>{report.elapsed_s:g} s of a {report.budget_s:g} s budget, {report.workers} workers: "
             f"{report.programs} programs, {report.steps} steps ({rate:.1f} steps/s), "
-            f"{len(report.failures)} distinct failures.</p>"
+            f"{len(report.failures)} distinct failures"
+            + (f"; the largest agent conversation reached {report.largest_conversation / 1000:.1f} kB"
+               if report.largest_conversation else "") + ".</p>"
             f'<p class="summary">' + "".join(f'<span class="{v}">{n} {v}</span>' for v, n in counts.items()) + "</p>"
             f"<h2>Timeline</h2>{timeline_svg(report)}{stale}"
             f"<h2>Findings</h2>{findings}"

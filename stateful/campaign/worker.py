@@ -114,7 +114,8 @@ class Worker:
             last, self.series = self.series[-1], self.series[::2]
             if self.series[-1] is not last:
                 self.series.append(last)
-        state = {"worker": self.index, "programs": g.programs, "steps": g.steps, "coverage": dict(g.coverage),
+        state = {"worker": self.index, "programs": g.programs, "steps": g.steps,
+                 "largest_conversation": g.largest_conversation, "coverage": dict(g.coverage),
                  "known": dict(g.known), "repeats": dict(g.repeats), "examples": g.examples, "failures": self.failures,
                  "seeds": self.searches, "errors": self.errors, "notes": self.notes, "finished": self.finished,
                  "series": self.series}
