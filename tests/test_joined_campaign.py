@@ -184,8 +184,8 @@ def _report(directory: Path) -> dict[str, Any]:
     """A joined campaign's report.json: a single machine's keys, and ``campaign``; each failure says
     which host, process and worker found it."""
     data = json.loads((directory / "report.json").read_text())
-    assert set(data) == {"budget_s", "elapsed_s", "interrupted", "workers", "programs", "steps", "failures", "known",
-                         "steered", "coverage", "clauses", "stale", "timeline", "campaign"}
+    assert set(data) == {"budget_s", "elapsed_s", "interrupted", "workers", "programs", "steps", "largest_conversation",
+                         "failures", "known", "steered", "coverage", "clauses", "stale", "timeline", "campaign"}
     assert {v["id"] for v in data["clauses"]} == set(CLAUSES)  # a verdict per clause, as on one machine
     assert all(set(f) == set(FAILURE_KEYS) | {"host", "process", "worker"} for f in data["failures"]), data["failures"]
     return data
