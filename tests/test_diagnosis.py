@@ -199,3 +199,16 @@ def test_an_echo_without_its_zero_width_joiner_is_no_text_that_did_not_arrive() 
     assert clause == "read.output-shows", why
     lost = screen(PROMPT + typed.replace("\u200bb", "\u200b"), PROMPT.rstrip())  # a visible character lost: named
     assert checks.diagnose_typed(lost, typed, [typed], REAL_UID)[0] == "send.text-literal"
+
+
+def test_an_output_row_overwritten_after_a_zero_width_joiner_still_shows_its_token() -> None:
+    """ci10: tmux 3.3a draws the character after a zero-width joiner one cell narrower than readline
+    counts, and readline's redraw overwrote the end of the output row with the rest of the typed
+    command. The token is there, followed by letters: an id of the tester's fixed shape counts."""
+    uid = "u000237z37fe"
+    command, token = checks.shell_payload(uid, "a\u200bb\u200d")
+    shown = screen(PROMPT + command, token + "5sum | cut -c1-32)_" + uid, PROMPT.rstrip())
+    assert checks.has_token(shown, token) and checks.prompt_follows(shown, token)
+    assert checks.tokens_in(shown) == [(token, uid)]
+    # an id of another shape still needs its end: MK_42_u9 is not MK_42_u9x
+    assert not checks.has_token("MK_42_u9x\n", "MK_42_u9")
