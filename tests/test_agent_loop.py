@@ -12,7 +12,6 @@ import httpx
 import pytest
 
 from stateful.reference.agent import (
-    FunctionCall,
     LoopSettings,
     ModelError,
     ModelReply,
@@ -22,6 +21,7 @@ from stateful.reference.agent import (
     run_turn,
 )
 from stateful.reference.stack import MockLLMServer
+from stateful.reference.wire import FunctionCall
 
 DEADLINE = 15.0
 SCHEMAS = [{"type": "function", "name": "echo", "description": "echo", "parameters": {"type": "object"}}]

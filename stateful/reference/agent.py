@@ -30,6 +30,7 @@ import openai
 
 from stateful import meter
 from stateful.reference import faults
+from stateful.reference.wire import FunctionCall
 
 ToolRunner = Callable[[str, str], str]
 """Runs one tool call: ``(name, arguments JSON text) -> the tool's JSON string``."""
@@ -46,13 +47,6 @@ class LoopSettings:
     """Seconds one model call may take (a held mock reply counts)."""
     stream: bool = False
     """Ask for Server-Sent Events instead of one JSON body (both are part of the contract)."""
-
-
-@dataclass(frozen=True)
-class FunctionCall:
-    call_id: str
-    name: str
-    arguments: str
 
 
 @dataclass(frozen=True)

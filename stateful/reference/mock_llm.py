@@ -32,6 +32,7 @@ from starlette.routing import Route
 
 from stateful import meter
 from stateful.reference.guards import is_json
+from stateful.reference.wire import FunctionCall
 
 DEFAULT_KEY = "default"
 DEFAULT_TEXT = "Mock LLM response"
@@ -52,18 +53,11 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
-class ToolCall:
-    call_id: str
-    name: str
-    arguments: str
-
-
-@dataclass(frozen=True)
 class Entry:
     """One scripted reply: text, tool calls or an HTTP error; optionally held until a gate release."""
 
     text: str | None = None
-    tool_calls: tuple[ToolCall, ...] = ()
+    tool_calls: tuple[FunctionCall, ...] = ()
     error: str | None = None
     status_code: int = 500
     block: bool = False
@@ -93,7 +87,7 @@ def parse_entry(raw: Any, index: int) -> Entry:
         calls = raw["tool_calls"]
         if not isinstance(calls, list) or not calls:
             raise ConfigError(f"{where}.tool_calls must be a non-empty list")
-        parsed: list[ToolCall] = []
+        parsed: list[FunctionCall] = []
         for j, call in enumerate(calls):
             if not isinstance(call, Mapping) or not isinstance(call.get("name"), str) or not call["name"]:
                 raise ConfigError(f"{where}.tool_calls[{j}] must be an object with a non-empty 'name'")
@@ -102,7 +96,7 @@ def parse_entry(raw: Any, index: int) -> Entry:
                 # A convenience for test writers; the model's arguments are always JSON text.
                 arguments = json.dumps(arguments)
             call_id = call.get("call_id") or f"call_{uuid.uuid4().hex[:16]}"
-            parsed.append(ToolCall(call_id=str(call_id), name=call["name"], arguments=arguments))
+            parsed.append(FunctionCall(call_id=str(call_id), name=call["name"], arguments=arguments))
         return Entry(tool_calls=tuple(parsed), block=block, delay=float(delay))
     if "text" in raw:
         if not isinstance(raw["text"], str):
