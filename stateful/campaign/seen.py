@@ -125,24 +125,14 @@ class RedisSeen:
     def __init__(self, client: Any, campaign: str, owner: str, host: str) -> None:
         self.client, self.owner, self.host = client, owner, host
         self.prefix = campaign_prefix(campaign)
-
-    @property
-    def claims_key(self) -> str:
-        return self.prefix + "claims"
-
-    @property
-    def log_key(self) -> str:
+        self.claims_key = self.prefix + "claims"
+        """The claims: failure key -> its claim as JSON (``{"key", ..., "owner", "host"}``)."""
+        self.log_key = self.prefix + "claim-log"
         """Every successful claim, in order: ``{"key", "owner", "at"}`` (a key claimed twice shows)."""
-        return self.prefix + "claim-log"
-
-    @property
-    def orphans_key(self) -> str:
+        self.orphans_key = self.prefix + "orphans"
         """Claims taken over from dead processes (:data:`TAKE_OVER`)."""
-        return self.prefix + "orphans"
-
-    @property
-    def avoid_key(self) -> str:
-        return self.prefix + "avoid"
+        self.avoid_key = self.prefix + "avoid"
+        """The triggers the campaign's programs stop drawing (:func:`avoid`)."""
 
     def claim(self, key: str, info: dict[str, Any]) -> bool:
         record = {"key": key, **info, "owner": self.owner, "host": self.host}
