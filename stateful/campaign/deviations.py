@@ -41,6 +41,9 @@ class DeviationsError(ValueError):
 
 @dataclass(frozen=True)
 class Deviation:
+    """One ``[[deviation]]`` entry: a violation of ``clause`` that the server is known to commit, so a
+    campaign counts it as known instead of failing, until it goes stale."""
+
     clause: str
     why: str
     server: str = ""

@@ -86,6 +86,9 @@ class ResourceEvent:
 
 @dataclass(frozen=True)
 class LaunchResult:
+    """What :meth:`TerminalRegistry.launch` tells its caller: whether this call started the process
+    (the launch tool's ``status``), where its tmux server listens, and the id its resource events carry."""
+
     status: str
     """``launched`` or ``already_running``."""
     tmux_socket: str
