@@ -141,39 +141,54 @@ def _outputs(check: Check, s: int, c: int) -> str:
     return f"[outs[{s}][i] for i in {check.calls!r}]"
 
 
+_SAID: dict[str, tuple[str, str]] = {
+    # kind: (its comment where the block is the program's final check, its comment otherwise)
+    "open": ("agent session {agent}",) * 2,
+    "delete": ("session.delete (§2.9): DELETE closes all of the session's terminals, so every process noted for "
+               "them is gone (polled: the contract gives DELETE no bound)",
+               "DELETE the session (the machine's teardown)"),
+    "capture": ("launch.server-runs (§1 launch): while a terminal lives, its tmux server runs and holds its pane",
+                "note the processes of the terminals that now live (their tmux servers answer)"),
+    "gone": ("close.nothing-left (§1 launch): once close returns, the terminal's tmux server and every process "
+             "of it are gone (checked at once)",) * 2,
+    "events": ("the resource events (§2.4): each launched records one created event, each closed (or exit) one "
+               "deleted event for the same id; ids are terminal_<safe(name)>_<safe(key)>[_n], unique among the "
+               "session's live terminals",) * 2,
+    "pagination": ("items.pagination (§2.7): following after=last_id while has_more yields every item once, in "
+                   "order, each page's first_id/last_id naming its ends",) * 2,
+    "view": ("view.terminals (§2.8): /resources/terminals shows the session's running terminals (those list "
+             "shows running), nothing else", "the machine compared /resources/terminals with list"),
+}
+"""What each block that is not a turn says: the clause it checks, or what it does for later checks."""
+
+
+def _calls(block: Block, a: str, number: int) -> list[str]:
+    """The calls of a block that is not a turn (its kind is a key of :data:`_SAID`)."""
+    n = block.agent
+    match block.kind:
+        case "open":
+            return [f"{a} = Agent(http_client, mock_llm_server_url, live_runner_id, harness_name, f'{{model_name}}-{n}')"]
+        case "delete":
+            gone = f"{a}.check_gone({block.expected!r}, 'session.delete: step {number}', within=POLL_DEADLINE)"
+            return [f"{a}.delete()"] + ([gone] if block.final else [])
+        case "capture":
+            return [f"{a}.capture({block.expected!r}, sock{n}, 'launch.server-runs: step {number}')"]
+        case "gone":
+            return [f"{a}.check_gone({block.expected!r}, 'close.nothing-left: step {number}')"]
+        case "events":
+            return [f"{a}.check_events({block.launched!r}, {block.ended!r}, base{n}, 'step {number}')"]
+        case "pagination":
+            return [f"{a}.check_pagination('items.pagination: step {number}')"]
+        case _:  # "view"
+            return [f"{a}.check_view({sorted(block.expected)!r}, base{n}, 'view.terminals: step {number}')"]
+
+
 def _said(block: Block, a: str, number: int) -> tuple[str, list[str]] | None:
     """What a block that is not a turn says (its comment) and does (its calls); None for a turn."""
-    if block.kind == "open":
-        return (f"agent session {block.agent}",
-                [f"{a} = Agent(http_client, mock_llm_server_url, live_runner_id, harness_name, f'{{model_name}}-{block.agent}')"])
-    if block.kind == "delete" and block.final:
-        return ("session.delete (§2.9): DELETE closes all of the session's terminals, so every process noted for "
-                "them is gone (polled: the contract gives DELETE no bound)",
-                [f"{a}.delete()", f"{a}.check_gone({block.expected!r}, 'session.delete: step {number}', within=POLL_DEADLINE)"])
-    if block.kind == "delete":
-        return "DELETE the session (the machine's teardown)", [f"{a}.delete()"]
-    if block.kind == "capture":
-        return ("launch.server-runs (§1 launch): while a terminal lives, its tmux server runs and holds its pane"
-                if block.final else "note the processes of the terminals that now live (their tmux servers answer)",
-                [f"{a}.capture({block.expected!r}, sock{block.agent}, 'launch.server-runs: step {number}')"])
-    if block.kind == "gone":
-        return ("close.nothing-left (§1 launch): once close returns, the terminal's tmux server and every process "
-                "of it are gone (checked at once)",
-                [f"{a}.check_gone({block.expected!r}, 'close.nothing-left: step {number}')"])
-    if block.kind == "events":
-        return ("the resource events (§2.4): each launched records one created event, each closed (or exit) one "
-                "deleted event for the same id; ids are terminal_<safe(name)>_<safe(key)>[_n], unique among the "
-                "session's live terminals",
-                [f"{a}.check_events({block.launched!r}, {block.ended!r}, base{block.agent}, 'step {number}')"])
-    if block.kind == "pagination":
-        return ("items.pagination (§2.7): following after=last_id while has_more yields every item once, in order, "
-                "each page's first_id/last_id naming its ends",
-                [f"{a}.check_pagination('items.pagination: step {number}')"])
-    if block.kind == "view":
-        return ("view.terminals (§2.8): /resources/terminals shows the session's running terminals (those list "
-                "shows running), nothing else" if block.final else "the machine compared /resources/terminals with list",
-                [f"{a}.check_view({sorted(block.expected)!r}, base{block.agent}, 'view.terminals: step {number}')"])
-    return None
+    if block.kind not in _SAID:
+        return None
+    final, otherwise = _SAID[block.kind]
+    return (final if block.final else otherwise).replace("{agent}", str(block.agent)), _calls(block, a, number)
 
 
 def _block(block: Block) -> list[str]:
