@@ -130,14 +130,23 @@ def two_turns_run(first: list[Call]) -> Iterator[tuple[EmbeddedStack, SlowTransp
 
 
 def test_a_walk_beside_a_turn_still_finds_pages_that_are_not_exact() -> None:
+    """A walk's violation is raised at a later turn if the walk has ended by then, at the latest by
+    the DELETE, which waits for every request still in flight (on a busy machine ci14 saw it at a
+    turn, with later walks and polls still running: those are the DELETE's to settle)."""
     with two_turns_run([call("sys_terminal_list")]) as (_, transport, session):
         transport.lose.set()  # small pages lose an item from here on; pages of 1000 do not
-        with pytest.raises(ContractViolation) as lost:
+        lost: list[ContractViolation] = []
+        try:
             for _ in range(PAGE_CHECK_EVERY + 1):
                 session.run_turn([[call("sys_terminal_list")]], step_timeout=30)
-            session.delete()  # a walk is settled at a later turn, at the latest before the DELETE
-        assert lost.value.clause == "items.pagination"
-        assert not session._strays
+        except ContractViolation as at_a_turn:
+            lost.append(at_a_turn)
+        try:
+            session.delete()
+        except ContractViolation as at_the_delete:  # a walk that ended after the last turn
+            lost.append(at_the_delete)
+        assert lost and {v.clause for v in lost} == {"items.pagination"}
+        assert not session._strays  # the DELETE left nothing in flight, whatever it raised
 
 
 def test_a_session_whose_last_walk_fails_is_deleted_all_the_same() -> None:
