@@ -179,3 +179,25 @@ def test_launch_copies_name_their_trigger_only_for_the_clause_they_provoke() -> 
     with pytest.raises(ContractViolation) as other:
         judge_step(model, [launch, launch], [json.dumps(launched), json.dumps(wrong_pair)])
     assert other.value.clause == "launch.result" and other.value.triggers == ()
+
+
+def test_a_search_ends_once_a_finding_it_goes_on_past_is_given_back(tmp_path: Path) -> None:
+    """A search goes on past the findings known when it started. One of them given back (its claimer
+    died mid-shrink, or its search ended without a report) must be met again, claimed and shrunk:
+    the gate ends the search at its next program, and the next search fails on it (ci16: a search on
+    a busy box went on past it until the deadline, and the finding was reported unshrunk)."""
+    from stateful.campaign import seen
+    from stateful.campaign.gate import Gate, Resteer
+
+    ran: list[int] = []
+    assert seen.claim(tmp_path, "read.scrollback-type@bool-scrollback", {"worker": 1})
+    gate = Gate(seen_dir=tmp_path, allowed=frozenset(), worker=0, started=0.0, deadline=time.time() + 60)
+    gate.going_on = seen.claimed(tmp_path)  # as the worker sets it when the search starts
+    program = gate._guard(lambda: ran.append(1))
+    program()
+    seen.release(tmp_path, "read.scrollback-type@bool-scrollback")
+    with pytest.raises(Resteer):
+        program()
+    gate.going_on = seen.claimed(tmp_path)  # the next search
+    program()
+    assert ran == [1, 1]

@@ -168,8 +168,12 @@ class Gate:
                 self.ignored = seen.claimed(self.seen_dir) | self.done
                 if self.steer and self.resteer and not seen.avoided(self.seen_dir) <= self.steered:
                     raise Resteer()
-                if self.resteer and not self.others() <= self.going_on:
-                    raise Resteer()  # a new finding is known: the next search goes on past it
+                if self.resteer and self.others() != self.going_on:
+                    # A new finding is known: the next search goes on past it. Or one this search goes
+                    # on past was given back (its claimer died, or ended without a report): the next
+                    # search fails on it again, to claim and shrink it (ci16: a search that went on past
+                    # it until the deadline left it reported unshrunk).
+                    raise Resteer()
             self.machine = None
             clauses.know(self.allowed, self.going_on - self.run_claims)
             try:
