@@ -241,7 +241,8 @@ def test_a_process_killed_mid_shrink_leaves_its_finding_to_another(run_root: Pat
     key = "read.scrollback-type@bool-scrollback"  # a finding is its clause and its cause
     env = {"STATEFUL_FAULTS": "scrollback-bool", "STATEFUL_CAMPAIGN_HEARTBEAT_S": str(heartbeat)}
     common = ["--join", redis_url, "--campaign", "kill", "--target", "direct", "--budget", f"{budget}s",
-              "--workers", "1", "--shrink-budget", "30", "--db", str(tmp_path / "db"), "--repro-dir", "", "--quiet"]
+              "--workers", "1", "--shrink-budget", "30", "--db", str(tmp_path / "db"), "--repro-dir", ""]
+    # not --quiet: a red run shows what the survivor met (ci20: it exited 0 and its log was empty)
     procs = {n: _start(run_root, tmp_path, f"p{n}", *common, "--report", str(tmp_path / f"report{n}"), env=env)
              for n in (1, 2)}
     client = redis_client(redis_url)
