@@ -33,14 +33,16 @@ __all__ = [
 
 _RUN = secrets.token_hex(2)
 _COUNTER = itertools.count(1)
-_TOKEN = re.compile(r"(?<![A-Za-z0-9])(?:(?:MK|RP)_42|H_[0-9a-f]{32})_(u[0-9a-f]{6}z[0-9a-f]{4}|u[0-9a-z]+(?![0-9a-z]))")
+_ID = r"u[0-9a-f]{6}z[0-9a-f]{4}"
+"""The shape of every id :func:`new_uid` makes."""
+_TOKEN = re.compile(rf"(?<![A-Za-z0-9])(?:(?:MK|RP)_42|H_[0-9a-f]{{32}})_({_ID}|u[0-9a-z]+(?![0-9a-z]))")
 """A token the machine's commands print. An id of :func:`new_uid`'s fixed shape counts whatever
 follows it: tmux 3.3a draws a character after a zero-width joiner one cell narrower than readline
 counts, and readline's redraw of the line then overwrites the output row's end, so that ci10's row
 read ``H_<md5>_u000237z37fe5sum | cut…`` (the id, then the rest of the typed command)."""
 
 
-MARKER_ID = re.compile(r"(?<![0-9a-z])u[0-9a-f]{6}z[0-9a-f]{4}(?![0-9a-z])")
+MARKER_ID = re.compile(rf"(?<![0-9a-z]){_ID}(?![0-9a-z])")
 """A marker id as :func:`new_uid` makes them (every command the machine types ends in one)."""
 
 
