@@ -81,6 +81,68 @@ def test_the_directory_claims_work_as_before(tmp_path: Path) -> None:
     assert seen.open_seen(tmp_path, None) == tmp_path
 
 
+def _interrupted_mid_shrink(where: seen.Where, run_dir: Path, during: str = "shrink") -> Any:
+    """A worker (claiming in ``where``) whose search is interrupted while Hypothesis shrinks the
+    finding it claimed (or, ``during="record"``, while the worker shortens and replays it), as the
+    lifeline's SIGTERM does when its campaign process is SIGKILLed."""
+    import time
+
+    from hypothesis import Phase, settings
+    from hypothesis import strategies as st
+    from hypothesis.stateful import RuleBasedStateMachine, rule
+
+    from stateful.campaign.worker import Worker, WorkerConfig
+    from stateful.clauses import fail
+
+    config = WorkerConfig(target="direct", external=None, stack_latency=0.0, allowed=[], started=time.time(),
+                          deadline=time.time() + 60, shrink_budget=5.0, repro_dir=None, db=str(run_dir / "db"))
+    worker = Worker(run_dir, 0, config)
+    worker.gate.seen_dir = where
+
+    class Program(RuleBasedStateMachine):
+        @rule(n=st.integers(0, 100))
+        def step(self, n: int) -> None:
+            if worker.gate.shrinking and during == "shrink":
+                raise KeyboardInterrupt("interrupted by SIGTERM")
+            if n > 10:
+                fail("read.scrollback-type", f"scrollback {n} is no integer")
+
+    def record(*args: Any) -> None:
+        raise KeyboardInterrupt("interrupted by SIGTERM")
+
+    if during == "record":
+        worker.record = record
+    run = settings(database=None, phases=[Phase.generate, Phase.shrink], max_examples=200)
+    with pytest.raises(KeyboardInterrupt):
+        worker.search(Program, None, run, seed=1)
+    return worker
+
+
+@pytest.mark.parametrize("during", ["shrink", "record"])
+def test_a_worker_interrupted_mid_shrink_leaves_its_finding_in_the_report(tmp_path: Path, during: str) -> None:
+    """ci20: the lifeline's SIGTERM reached the worker of the killed process mid-shrink, and the
+    worker gave its claim back as if its search had ended unreported: the finding vanished, and the
+    survivor, which did not meet it again before the deadline, exited 0. On one machine the claim
+    stays (the report shows it found, not shrunk)."""
+    (tmp_path / "seen").mkdir()
+    worker = _interrupted_mid_shrink(tmp_path / "seen", tmp_path, during)
+    assert seen.claimed(tmp_path / "seen") == {"read.scrollback-type"} and not worker.failures
+
+
+def test_a_joined_worker_interrupted_mid_shrink_hands_its_finding_over(redis_url: str, tmp_path: Path) -> None:
+    """In a joined campaign the claim becomes an orphan at once: another process may claim it again
+    and shrink it, and the report shows it if none does."""
+    (tmp_path / "seen").mkdir()
+    where = RedisSeen(redis_client(redis_url), "interrupted", owner="a:1:x", host="a")
+    _interrupted_mid_shrink(where, tmp_path)
+    assert seen.claimed(where) == frozenset()
+    orphans = redis_client(redis_url).hgetall(where.orphans_key)
+    assert [k.decode() for k in orphans] == ["read.scrollback-type"]
+    assert json.loads(orphans[b"read.scrollback-type"])["owner"] == "a:1:x"
+    assert seen.claim(RedisSeen(redis_client(redis_url), "interrupted", owner="b:2:y", host="b"),
+                      "read.scrollback-type", dict(CLAIM))
+
+
 # -- joining -------------------------------------------------------------------------------------------
 
 

@@ -198,6 +198,38 @@ def test_a_search_ends_once_a_finding_it_goes_on_past_is_given_back(tmp_path: Pa
     seen.release(tmp_path, "read.scrollback-type@bool-scrollback")
     with pytest.raises(Resteer):
         program()
-    gate.going_on = seen.claimed(tmp_path)  # the next search
+    assert gate.given_back  # the next search replays the example database first
+    gate.going_on, gate.given_back = seen.claimed(tmp_path), False  # the next search
     program()
     assert ran == [1, 1]
+    assert seen.claim(tmp_path, "list.order", {"worker": 1})  # a new finding ends it too, but gives nothing back
+    with pytest.raises(Resteer):
+        program()
+    assert not gate.given_back
+
+
+def test_the_search_after_one_a_given_back_finding_ended_replays_the_example_database(tmp_path: Path,
+                                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The failure a dead or interrupted claimer gave back was saved in the example database when it
+    was found: the next search replays that first, so the finding is met again at once, not when a
+    search happens on it (ci20: the survivor did not meet it again before the deadline)."""
+    from hypothesis import Phase
+
+    from stateful.campaign.worker import Worker, WorkerConfig
+    from stateful.profiles import machine_configs
+
+    machine_configs()  # the campaign profile, as the worker registers it when it opens its target
+    (tmp_path / "seen").mkdir()
+    config = WorkerConfig(target="direct", external=None, stack_latency=0.0, allowed=[], started=time.time(),
+                          deadline=time.time() + 60, shrink_budget=5.0, repro_dir=None, db=str(tmp_path / "db"))
+    worker = Worker(tmp_path, 1, config)  # not worker 0, whose first search replays it anyway
+    phases: list[bool] = []
+
+    def search(machine: type, target: object, run_settings: object, seed: int) -> bool:
+        phases.append(Phase.reuse in run_settings.phases)  # type: ignore[attr-defined]
+        worker.gate.given_back = len(phases) == 2  # the second search ends on a finding given back
+        return len(phases) < 4
+
+    monkeypatch.setattr(worker, "search", search)
+    worker.run(object, None)
+    assert phases == [False, False, True, False]

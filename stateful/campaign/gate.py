@@ -129,6 +129,10 @@ class Gate:
     resteer: bool = True
     """End the search once a known failure's trigger is not in ``steered`` (not in a search that
     replays the example database first: ending it would skip the failures saved after the first)."""
+    given_back: bool = False
+    """The search ended because a finding it went on past was given back (its claimer died or was
+    interrupted): the next search replays the example database first, where the failure was saved
+    when it was found, so that it is met again at once rather than when a search happens on it."""
 
     def new_run(self) -> None:
         self.done |= self.run_claims
@@ -169,6 +173,7 @@ class Gate:
                 if self.steer and self.resteer and not seen.avoided(self.seen_dir) <= self.steered:
                     raise Resteer()
                 if self.resteer and self.others() != self.going_on:
+                    self.given_back = bool(self.going_on - self.others())
                     # A new finding is known: the next search goes on past it. Or one this search goes
                     # on past was given back (its claimer died, or ended without a report): the next
                     # search fails on it again, to claim and shrink it (ci16: a search that went on past

@@ -27,7 +27,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Union
 
-__all__ = ["RedisSeen", "Where", "avoid", "avoided", "claim", "claimed", "claims", "info", "open_seen", "release"]
+__all__ = ["RedisSeen", "Where", "abandon", "avoid", "avoided", "claim", "claimed", "claims", "info", "open_seen",
+           "release"]
 
 SUFFIX = ".json"
 AVOID_SUFFIX = ".avoid"
@@ -58,6 +59,9 @@ class DirectorySeen:
             _path(self.directory, key).unlink()
         except FileNotFoundError:
             pass
+
+    def abandon(self, key: str) -> None:
+        """Nobody else of this campaign can take it over: the claim stays, and the report shows it."""
 
     def _names(self, suffix: str) -> frozenset[str]:
         """The names of the files ending in ``suffix``, without it (cheap enough to read between two programs)."""
@@ -142,6 +146,9 @@ class RedisSeen:
     def release(self, key: str) -> None:
         self.client.eval(RELEASE_OWN, 1, self.claims_key, key, self.owner)
 
+    def abandon(self, key: str) -> None:
+        self.client.eval(TAKE_OVER, 2, self.claims_key, self.orphans_key, key, self.owner)
+
     def claimed(self) -> frozenset[str]:
         return frozenset(k.decode() for k in self.client.hkeys(self.claims_key))
 
@@ -196,6 +203,16 @@ def claim(where: Where, key: str, info: dict[str, Any]) -> bool:
 def release(where: Where, key: str) -> None:
     """Give a claim back (its worker could not shrink and report it)."""
     _store(where).release(key)
+
+
+def abandon(where: Where, key: str) -> None:
+    """A worker interrupted while it shrank ``key`` (its campaign process ended, or was killed and
+    the lifeline ended the worker): the finding must not be lost with it. In a directory the claim
+    stays, so the report shows it found but not shrunk. In Redis it becomes an orphan at once, as a
+    dead process's claim does after the heartbeat timeout: another process may claim it again and
+    shrink it, and if none does before the deadline, the report still shows it. (:func:`release`
+    here lost it: ci20's survivor did not meet it again before the deadline and exited 0.)"""
+    _store(where).abandon(key)
 
 
 def claimed(where: Where) -> frozenset[str]:

@@ -10,9 +10,11 @@ Hypothesis searches of the machine, one after another, each with a new seed, unt
   raises them; each is then shortened by ``stateful.minimize``, written as a repro and recorded;
 * a search that finds nothing new ends after ``max_examples`` programs, and the next one starts.
 
-Only worker 0's first search replays the example database (Hypothesis's ``reuse`` phase): a replay
-that does not fail is deleted from the database, and a replay of a failure claimed meanwhile by
-another worker is exactly that.
+Only worker 0's first search replays the example database (Hypothesis's ``reuse`` phase), and any
+search after one that a given-back finding ended (its claimer died or was interrupted: the database
+holds the failure as it was found, so it is met again at once). A replay that does not fail is
+deleted from the database, and a replay of a failure claimed meanwhile by another worker is exactly
+that.
 
 What it found and counted is written to ``RUN_DIR/worker-INDEX.json`` (atomically, after every
 program), which the driver reads for the progress line and the report.
@@ -134,9 +136,9 @@ class Worker:
         first = True
         while time.time() < self.config.deadline:
             phases = [Phase.generate, Phase.shrink]
-            if first and self.index == 0:
+            if (first and self.index == 0) or self.gate.given_back:
                 phases.insert(0, Phase.reuse)
-            first = False
+            first = self.gate.given_back = False
             changes: dict[str, Any] = {}
             if self.config.max_examples:
                 changes["max_examples"] = self.config.max_examples
@@ -157,8 +159,6 @@ class Worker:
 
     def search(self, machine: type, target: Any, run_settings: settings, seed: int) -> bool:
         """One Hypothesis search with ``seed``; False once the deadline ended it."""
-        from stateful.shrinking import shrink_budget
-
         # fixed for the whole search, so that its programs replay and shrink the same way
         self.gate.steered = seen.avoided(self.gate.seen_dir) if self.config.steer else frozenset()
         self.gate.resteer = Phase.reuse not in (run_settings.phases or ())
@@ -169,6 +169,20 @@ class Worker:
         self.gate.install(test, machine)
         self.gate.new_run()
         shrink = max(1.0, min(self.config.shrink_budget, self.config.deadline - time.time()))
+        interrupted = False
+        try:
+            return self._run(test, machine, target, run_settings, shrink)
+        except (KeyboardInterrupt, SystemExit):  # also while a failure is shortened and replayed (record)
+            interrupted = True
+            raise
+        finally:
+            self.release_unreported(interrupted)
+            self.save()
+
+    def _run(self, test: Any, machine: type, target: Any, run_settings: settings, shrink: float) -> bool:
+        """Run the search's ``test`` and record what it found: False once the deadline ended it."""
+        from stateful.shrinking import shrink_budget
+
         try:
             with shrink_budget(shrink):
                 test()
@@ -187,18 +201,23 @@ class Worker:
             raise
         except BaseException as raised:  # noqa: BLE001 - sorted below: what Hypothesis found
             self.record(machine, target, raised)
-        finally:
-            self.release_unreported()
-            self.save()
         return True
 
-    def release_unreported(self) -> None:
+    def release_unreported(self, interrupted: bool = False) -> None:
         """Give back the claims of this search that it did not report (it ended some other way):
-        another search may find them again, while there is time to shrink them."""
+        another search may find them again, while there is time to shrink them. An interrupted
+        search (the campaign process ended, or was killed and the lifeline ended this worker)
+        abandons them instead (``seen.abandon``): found, they stay in the report unless another
+        process claims them again."""
+        reported = {f["key"] for f in self.failures}
+        unreported = sorted(self.gate.run_claims - reported)
+        if interrupted:
+            for key in unreported:
+                seen.abandon(self.gate.seen_dir, key)
+            return
         if time.time() >= self.config.deadline:
             return
-        reported = {f["key"] for f in self.failures}
-        for key in sorted(self.gate.run_claims - reported):
+        for key in unreported:
             seen.release(self.gate.seen_dir, key)
             self.gate.run_claims.discard(key)
 
