@@ -573,3 +573,22 @@ def test_a_campaign_records_a_violation_that_never_came_back_as_a_failure_report
     assert saved["failures"][0]["reproduced"] is False
     report = build_report(60, 1, 1, [saved], {"send.keys": {}}, [], [])
     assert report.failed and "seen once, not reproduced" in markdown(report)
+
+
+@pytest.mark.parametrize("failure, says", [
+    ({"repro": "repros/test_x.py", "steps_shrunk": 2}, "repro: repros/test_x.py"),
+    ({"repro": None, "steps_shrunk": 2}, "(shrunk to 2 steps; no repro written: --repro-dir '')"),
+    ({"repro": None, "steps_shrunk": None, "reproduced": False}, "(no repro: its replays did not fail again)"),
+    ({"repro": None, "steps_shrunk": None}, "not shrunk (the budget, or the process that shrank it, ended first)"),
+])
+def test_the_summary_says_where_a_failures_repro_is_or_why_there_is_none(failure: dict[str, object], says: str) -> None:
+    """A finding shrunk under ``--repro-dir ''`` was summed up as "not shrunk" (the killed-process proof's
+    log said so of the finding it had shrunk to 2 steps)."""
+    from stateful.campaign.driver import _failure_lines
+    from stateful.campaign.report import build_report
+
+    claim = {"clause": "read.scrollback-type", "cause": "bool-scrollback", "message": "read.scrollback-type: ..."}
+    recorded = {"clause": "read.scrollback-type", "key": "read.scrollback-type@bool-scrollback", "message": "read.scrollback-type: ...",
+                **failure}
+    report = build_report(60, 1, 1, [{"failures": [recorded]}], {"read.scrollback-type@bool-scrollback": claim}, [], [])
+    assert _failure_lines(report) == ["FAILED read.scrollback-type@bool-scrollback: read.scrollback-type: ...\n  " + says]

@@ -36,7 +36,7 @@ from stateful.campaign.deviations import Deviation, DeviationsError, dump_deviat
 from stateful.campaign.joined import HEARTBEAT_TIMEOUT, JoinError, Joined, check_name, join, joined_report
 from stateful.campaign.options import EXIT_USAGE
 from stateful.campaign.progress import Progress, Totals
-from stateful.campaign.report import CampaignReport, build_report, write_reports
+from stateful.campaign.report import NOT_SHRUNK, CampaignReport, build_report, write_reports
 from stateful.campaign.worker import WorkerConfig, state_path
 from stateful.workers import GRACE, end_all, interrupt_on_signals, interrupted_status, restore_signals, start_worker
 from stateful.targets.registry import kind
@@ -350,13 +350,21 @@ def _report_joined(args: argparse.Namespace) -> int:
 
 def _failure_lines(report: CampaignReport) -> list[str]:
     """What failed the campaign: each failure (its key, message and repro) and each tester error."""
-    lines = [f"FAILED {f.get('key', f['clause'])}: {f['message'][:200]}" + (f"\n  repro: {f['repro']}" if f.get("repro") else
-                                                                 "\n  (no repro: its replays did not fail again)"
-                                                                 if f.get("reproduced") is False else
-                                                                 "\n  (not shrunk: the budget ended first)")
+    lines = [f"FAILED {f.get('key', f['clause'])}: {f['message'][:200]}\n  {_repro_line(f)}"
              + (f"\n  plain repro: {f['plain']}" if str(f.get("plain") or "").endswith(".py") else "")
              for f in report.failures]
     return lines + [f"ERROR  {e.strip().splitlines()[-1]}" for e in report.errors]
+
+
+def _repro_line(failure: dict[str, Any]) -> str:
+    """Where a failure's repro is, or why it has none (a shrunk one has none under ``--repro-dir ''``)."""
+    if failure.get("repro"):
+        return f"repro: {failure['repro']}"
+    if failure.get("reproduced") is False:
+        return "(no repro: its replays did not fail again)"
+    if failure.get("steps_shrunk") is not None:
+        return f"(shrunk to {failure['steps_shrunk']} steps; no repro written: --repro-dir '')"
+    return NOT_SHRUNK
 
 
 def _summary(report: CampaignReport, written: list[Path], interrupted: bool, observed: Path | None = None) -> None:

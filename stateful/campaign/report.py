@@ -20,6 +20,8 @@ from stateful.steering import TRIGGERS
 
 __all__ = ["CampaignReport", "build_report", "write_reports"]
 
+NOT_SHRUNK = "not shrunk (the budget, or the process that shrank it, ended first)"
+"""What the report says of a failure known only by its claim: found, and never reported shrunk."""
 FAILURE_KEYS = ("clause", "cause", "key", "message", "first_seen_s", "steps_found", "steps_shrunk", "shrink_s", "repro",
                 "reproduced")
 
@@ -198,7 +200,7 @@ def markdown(report: CampaignReport) -> str:
                  f"{split.get('drop_steps')} s, writing the repros {split.get('repros')} s)" if split else "")
         shrunk = (f"shrunk to {f['steps_shrunk']} steps in {f.get('shrink_s')} s{spent}" if f.get("steps_shrunk") is not None
                   else "seen once, not reproduced by its replays (no repro)" if f.get("reproduced") is False
-                  else "not shrunk (the budget ended first)")
+                  else NOT_SHRUNK)
         lines += [f"### `{f.get('key') or f['clause']}`", "",
                   f"found after {f.get('first_seen_s')} s in program {f.get('program')} of worker {f.get('worker')}"
                   + (f" of process {f.get('owner')} on {f['host']} " if f.get("host") else " ") +

@@ -11,6 +11,7 @@ from __future__ import annotations
 from html import escape
 from typing import TYPE_CHECKING, Any
 
+from stateful.campaign.report import NOT_SHRUNK
 from stateful.campaign.verdicts import VERDICTS, contract_link
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ def timeline_svg(report: CampaignReport) -> str:
 def _finding(f: dict[str, Any], repeats: int) -> str:
     shrunk = (f"shrunk to {f['steps_shrunk']} steps in {f.get('shrink_s')} s" if f.get("steps_shrunk") is not None
               else "seen once, not reproduced by its replays" if f.get("reproduced") is False
-              else "not shrunk (the budget ended first)")
+              else NOT_SHRUNK)
     repro = f"<p>repro: <code>{escape(str(f['repro']))}</code></p>" if f.get("repro") else "<p>repro: none</p>"
     plain = f"<p>plain repro: <code>{escape(str(f['plain']))}</code></p>" if f.get("plain") else ""
     return (f'<h3 id="finding-{escape(f["clause"])}"><code>{escape(f["clause"])}</code></h3>'
