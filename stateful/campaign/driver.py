@@ -357,13 +357,14 @@ def _failure_lines(report: CampaignReport) -> list[str]:
 
 
 def _repro_line(failure: dict[str, Any]) -> str:
-    """Where a failure's repro is, or why it has none (a shrunk one has none under ``--repro-dir ''``)."""
+    """Where a failure's repro is, or why it has none. A shrunk one has none under ``--repro-dir ''``, and
+    none where it is no clause's (a hang, an error of the target): the line does not guess which."""
     if failure.get("repro"):
         return f"repro: {failure['repro']}"
     if failure.get("reproduced") is False:
         return "(no repro: its replays did not fail again)"
     if failure.get("steps_shrunk") is not None:
-        return f"(shrunk to {failure['steps_shrunk']} steps; no repro written: --repro-dir '')"
+        return f"(shrunk to {failure['steps_shrunk']} steps; no repro written)"
     return NOT_SHRUNK
 
 
