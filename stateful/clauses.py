@@ -11,21 +11,24 @@ contract expected and what came back; details follow on the next lines.
 A clause whose check knows how to keep the model exact past a violation says so (``goes_on``): in a
 run that knows the failure already (a campaign's allowed and claimed findings, ``pytest stateful/
 --allow``), such a check records the deviation (:func:`deviate`) and the program goes on; every other
-violation ends the program as it always did.
+violation ends the program as it always did. A violation met after the program went on past others
+names them (``behind``): its replays (and its repro) go on past the same ones (:func:`going_past`),
+or they would stop at those and never meet it.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import NoReturn
 
 from stateful import causes as causes_
 
 __all__ = ["CLAUSES", "Clause", "ContractViolation", "Deviations", "clause", "violation", "fail", "clause_of",
-           "deviate", "know", "deviations", "tolerated", "GOES_ON"]
+           "deviate", "know", "deviations", "tolerated", "GOES_ON", "program_started", "going_past", "behind_of"]
 
 
 class ContractViolation(AssertionError):
@@ -39,6 +42,9 @@ class ContractViolation(AssertionError):
     causes: tuple[str, ...] = ()
     """What its program needs to fail (:mod:`stateful.causes`, the triggers among them): with the
     clause, the failure's identity (:meth:`key`)."""
+    behind: tuple[str, ...] = ()
+    """The known violations (allowed clause ids, finding keys) its program went on past before it:
+    a replay that does not go past them too stops there (a finding behind another, docs/campaigns.md)."""
 
     @property
     def key(self) -> str:
@@ -152,6 +158,8 @@ GOES_ON: dict[str, str] = {
                         "loses or repeats items (or whose first_id/last_id are not a page's ends) is noted and the "
                         "program goes on with those (a page that is no page, or an empty one that says has_more, "
                         "still ends it)",
+    "events.unique-ids": "a created event whose resource id is already a live terminal's is noted and taken as the "
+                         "new terminal's; a later deleted event with that id may then be either's",
     "list.registered": "a row of a pair this session never launched (another session's, one closed) is noted and "
                        "left out; the rest of the list is checked as usual (a live pair missing still ends it)",
 }
@@ -177,6 +185,8 @@ def violation(clause_id: str, headline: str, *details: str, triggers: tuple[str,
     named = causes_.ordered({*causes, *triggers})
     if named:
         error.causes = named
+    if _run.passed:
+        error.behind = tuple(sorted(_run.passed))
     return error
 
 
@@ -206,6 +216,8 @@ class Deviations:
     """Per clause id (allowed) or finding key (claimed): how often a program went on past it."""
     examples: dict[str, ContractViolation] = field(default_factory=dict)
     """The first violation of each, for the report."""
+    passed: set[str] = field(default_factory=set)
+    """The keys of :attr:`met` that the current program went on past (:func:`program_started`)."""
 
     def gone_past(self, clause_id: str) -> int:
         """How often the run went past a violation of ``clause_id`` (whatever its cause)."""
@@ -226,6 +238,31 @@ def know(allowed: Iterable[str] = (), findings: Iterable[str] = ()) -> None:
     each program; ``pytest stateful/ --allow`` once)."""
     global _run
     _run = Deviations(frozenset(allowed), frozenset(findings))
+
+
+def program_started() -> None:
+    """A new program begins (the machine's ``__init__``): what it goes on past is its own."""
+    _run.passed.clear()
+
+
+def behind_of(error: BaseException) -> tuple[str, ...]:
+    """The known violations the program of ``error`` went on past before it (none for anything else)."""
+    return tuple(getattr(error, "behind", ())) if isinstance(error, ContractViolation) else ()
+
+
+@contextmanager
+def going_past(keys: Iterable[str]) -> Iterator[None]:
+    """Within: the run also knows ``keys`` (a failure's ``behind``: a clause id is known whatever its
+    cause, a ``clause@cause`` key as that finding), so that a replay of a program that went on past
+    them goes on past them again; what the run knew before is restored on exit."""
+    global _run
+    keys = tuple(keys)
+    before = _run
+    know({*before.allowed, *(k for k in keys if "@" not in k)}, {*before.findings, *(k for k in keys if "@" in k)})
+    try:
+        yield
+    finally:
+        _run = before
 
 
 def tolerated(clause_ids: Iterable[str]) -> frozenset[str]:
@@ -252,4 +289,5 @@ def deviate(clause_id: str, headline: str, *details: str, triggers: tuple[str, .
     if key is None:
         fail(clause_id, headline, *details, triggers=triggers, causes=causes)
     _run.met[key] += 1
+    _run.passed.add(key)
     _run.examples.setdefault(key, error)

@@ -92,6 +92,7 @@ class TerminalMachine(RuleBasedStateMachine):
         assert self.target is not None, "bind() the machine to a target first"
         self.cfg = self.config
         self.world = World(self.target, self.config)
+        clauses.program_started()  # what this program goes on past is its own (a failure names it)
         self.rules_run = 0
         self.steps: list[str] = []
         """Each rule and invariant call so far, as Hypothesis prints a step (see :mod:`stateful.run_record`)."""

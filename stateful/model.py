@@ -244,9 +244,11 @@ class Judgement:
     """Violations the judge went past (``SessionModel.tolerated``): ``(clause, why)`` each."""
 
 
-TOLERABLE = frozenset({"list.registered"})
+TOLERABLE = frozenset({"list.registered", "events.unique-ids"})
 """Clauses the judge can go past: a list row of a pair this session never launched (another
-session's, or one closed) is noted and left out, and the rest of the list is checked as usual."""
+session's, or one closed) is noted and left out, and the rest of the list is checked as usual; a
+created event whose id is already a live terminal's is noted and taken as the new terminal's (a
+later deleted event with that id may then be either's)."""
 
 
 HELD_WITH: dict[str, tuple[str, ...]] = {
@@ -867,6 +869,8 @@ class Reconciled:
     labels: tuple[str, ...] = ()
     pending: frozenset[int] = frozenset()
     """The instances whose events are missing in some assignment."""
+    noted: tuple[tuple[str, str], ...] = ()
+    """Violations the reconciliation went past (``SessionModel.tolerated``): ``(clause, why)`` each."""
 
 
 @dataclass(frozen=True)
@@ -889,6 +893,7 @@ def reconcile_events(model: SessionModel, ledger: Ledger, events: Sequence[Event
     assignments = list(ledger.assignments)
     ignored = ledger.ignored
     labels: list[str] = []
+    noted: dict[tuple[str, str], None] = {}
     baseline_ids = {resource_base_id(t, s) for t, s in model.baseline}
     for ev in events[ledger.consumed:]:
         base_ok = any(ev.resource_id == b or ev.resource_id.startswith(b + "_") for b in baseline_ids)
@@ -902,7 +907,7 @@ def reconcile_events(model: SessionModel, ledger: Ledger, events: Sequence[Event
         survivors: dict[Assignment, None] = {}
         contradiction: _Contradicted | None = None
         for assignment in assignments:
-            extended = _extend(model, assignment, ev)
+            extended = _extend(model, assignment, ev, noted)
             if isinstance(extended, _Contradicted):
                 contradiction = contradiction or extended
                 continue
@@ -915,7 +920,8 @@ def reconcile_events(model: SessionModel, ledger: Ledger, events: Sequence[Event
     needs = [_missing(model, a) for a in assignments]
     fewest = min(needs, key=lambda need: len(need[0]))
     pending = frozenset(n for _, numbers in needs for n in numbers)
-    return Reconciled(Ledger(len(events), tuple(assignments), ignored), fewest[0], tuple(labels), pending)
+    return Reconciled(Ledger(len(events), tuple(assignments), ignored), fewest[0], tuple(labels), pending,
+                      tuple(noted))
 
 
 def _names(ev: EventView, instance: Instance) -> bool:
@@ -923,8 +929,10 @@ def _names(ev: EventView, instance: Instance) -> bool:
     return ev.terminal is None or (instance.terminal, instance.session) == (ev.terminal, ev.session)
 
 
-def _extend(model: SessionModel, assignment: Assignment, ev: EventView) -> list[Assignment] | _Contradicted:
-    """Every assignment that ``assignment`` plus the event ``ev`` can be, or why there is none."""
+def _extend(model: SessionModel, assignment: Assignment, ev: EventView,
+            noted: dict[tuple[str, str], None]) -> list[Assignment] | _Contradicted:
+    """Every assignment that ``assignment`` plus the event ``ev`` can be, or why there is none (a
+    violation the model tolerates is added to ``noted`` instead)."""
     maybe = model.maybe_ended()
     if ev.event_type == CREATED_EVENT:
         candidates = [i for i in model.instances if not assignment.has_created(i.number) and _names(ev, i)
@@ -935,10 +943,11 @@ def _extend(model: SessionModel, assignment: Assignment, ev: EventView) -> list[
         for number, rid in assignment.live:
             if rid == ev.resource_id and number not in model.ended and number not in maybe:
                 inst, other = candidates[0], model.instances[number]
-                return _Contradicted(
-                    "events.unique-ids",
-                    f"resource id {ev.resource_id!r} of {pair_name(inst.terminal, inst.session)} is already the id "
-                    f"of the live {pair_name(other.terminal, other.session)}: ids must be unique among live terminals")
+                why = (f"resource id {ev.resource_id!r} of {pair_name(inst.terminal, inst.session)} is already the id "
+                       f"of the live {pair_name(other.terminal, other.session)}: ids must be unique among live terminals")
+                if "events.unique-ids" not in model.tolerated:
+                    return _Contradicted("events.unique-ids", why)
+                noted[("events.unique-ids", why)] = None
         return [replace(assignment, live=tuple(sorted((*assignment.live, (i.number, ev.resource_id)))))
                 for i in candidates]
     matches = [n for n, rid in assignment.live if rid == ev.resource_id and _names(ev, model.instances[n])]

@@ -30,7 +30,7 @@ from hypothesis.errors import Flaky
 
 from stateful import clauses
 from stateful.clauses import clause_of
-from stateful.minimize import reproduced, shorter_failure, unreproduced_report
+from stateful.minimize import reproduced, shorter_failure, unreproduced_report, violations_in
 from stateful.plain import DEFAULT_CONFTEST, NoPlainForm, write_plain_repro
 from stateful.repro import reported_program, write_repro
 from stateful.targets import registry
@@ -63,7 +63,9 @@ def settle(machine: type, raised: BaseException, hypothesis_settings: settings |
     no violation: a flaw of the search, not a finding). No replay starts after ``deadline``."""
     if not isinstance(raised, Flaky):
         return Settled(raised)
-    again = reproduced(machine, raised, hypothesis_settings=hypothesis_settings, deadline=deadline)
+    behind = {key for violation in violations_in(raised) for key in clauses.behind_of(violation)}
+    with clauses.going_past(behind):  # a violation met past known ones is replayed past them too
+        again = reproduced(machine, raised, hypothesis_settings=hypothesis_settings, deadline=deadline)
     if again is not raised:
         return Settled(again)
     return Settled(raised, unreproduced_report(raised))
@@ -74,14 +76,17 @@ def shorten(machine: type, failure: BaseException, deadline: float | None = None
     """A contract violation with the steps dropped that it does not need (anything else as it is).
     ``allowed``: the clauses a replay goes on past (a campaign's ``--allow``), so that a shorter
     program counts only if it fails by itself and not through another finding's resynchronisation;
-    None: the clauses known as they are (``pytest stateful/ --allow``)."""
+    None: the clauses known as they are (``pytest stateful/ --allow``). A failure its program met only
+    past known violations (``behind``) is replayed past those too (and no others)."""
     if clause_of(failure) is None or (deadline is not None and time.time() >= deadline):
         return failure
     if allowed is None:
-        return shorter_failure(machine, failure, deadline=deadline)
+        with clauses.going_past(clauses.behind_of(failure)):
+            return shorter_failure(machine, failure, deadline=deadline)
     clauses.know(allowed)
     try:
-        return shorter_failure(machine, failure, deadline=deadline)
+        with clauses.going_past(clauses.behind_of(failure)):
+            return shorter_failure(machine, failure, deadline=deadline)
     finally:
         clauses.know()
 
@@ -122,6 +127,9 @@ def write(machine: type, target: Target, failure: BaseException, repro_dir: Path
         return Written(repro)
     if deadline is not None and time.time() >= deadline:
         return Written(repro, no_plain="the budget ended before it was written")
+    if clauses.behind_of(failure):  # its machine repro goes on past them; a plain test's checks cannot
+        return Written(repro, no_plain=f"its program meets it only past {', '.join(clauses.behind_of(failure))}, "
+                                       "which a plain test cannot step over (the machine repro does)")
     try:
         return Written(repro, write_plain_repro(repro_dir, machine, target, failure, plain_conftest))
     except NoPlainForm as why:

@@ -183,14 +183,17 @@ def repro_machine(request: pytest.FixtureRequest, machine_config: MachineConfig)
     from stateful.machine import TerminalMachine
     from stateful.minimize import run_once
 
-    def replay(target_name: str, program: Callable[[Any], None], finding: str | None = None) -> None:
+    def replay(target_name: str, program: Callable[[Any], None], finding: str | None = None,
+               behind: tuple[str, ...] = ()) -> None:
         """``finding``: the key the repro was written for (clause@cause); the failure says which
-        finding it is now, and whether that is another cause of the clause than the repro's."""
+        finding it is now, and whether that is another cause of the clause than the repro's.
+        ``behind``: the known violations its program went on past to meet it (it goes past them again)."""
         target = request.getfixturevalue("machine_targets").get(target_name)
         machine = type(f"Repro{target_name.title()}Machine", (TerminalMachine,), {})
         machine.bind(target, machine_config)
         try:
-            run_once(machine, program)
+            with clauses.going_past(behind):
+                run_once(machine, program)
         except clauses.ContractViolation as violation:
             if finding is not None:
                 violation.add_note(f"finding: {violation.key}" + ("" if violation.key == finding else

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from stateful import machine as _machine
 from stateful import strategies as _strategies
-from stateful.clauses import clause_of
+from stateful.clauses import behind_of, clause_of
 
 MAX_STEP_LINES = 200
 """The most lines one reported step is joined from."""
@@ -171,6 +171,11 @@ def render_repro(target: str, program: list[str], failure: BaseException) -> str
     key = getattr(failure, "key", None) if clause_of(failure) else None
     finding_line = f"\nFINDING = {key!r}  # its clause and cause (docs/campaigns.md)" if key else ""
     finding_arg = ", finding=FINDING" if key else ""
+    behind = behind_of(failure)
+    if behind:
+        finding_line += (f"\nBEHIND = {behind!r}  # known violations its program goes on past to meet it "
+                         "(docs/campaigns.md, \"A finding behind another\")")
+        finding_arg += ", behind=BEHIND"
     return f'''"""A contract violation found by `pytest stateful/` on {stamp} (target: {target}).
 
 Hypothesis shrank the failing program to the steps below; replaying it broke the contract so:

@@ -285,7 +285,7 @@ SWAPPED_OUTPUT_CLAUSES = ("step.concurrent", "close.closed", "close.not-found", 
 the call it landed on (a list's array on a close, a close's names on another close, ...)."""
 
 PLANTS = [  # longest hunts first (they start first: the pool ends together, not on one long hunt started last)
-    Plant("delete-keeps-terminals", "direct", ("session.delete",)),
+    Plant("delete-keeps-terminals", "direct", ("session.delete",), shrinks=8),
     Plant("outputs-completion-order", "sessions", SWAPPED_OUTPUT_CLAUSES, shrinks=15, says="no sequential order of the",
           tries=3),
     Plant("double-launch", "direct", ("launch.already-running",)),
@@ -294,7 +294,7 @@ PLANTS = [  # longest hunts first (they start first: the pool ends together, not
     Plant("scrollback-capped", "direct", ("read.rows-exact", "read.history")),
     Plant("read-history-short", "direct", ("read.rows-exact",)),
     Plant("scrollback-ignored", "direct", ("read.rows-exact", "read.history")),
-    Plant("long-text-cut", "direct", ("send.text-literal",)),
+    Plant("long-text-cut", "direct", ("send.text-literal",), shrinks=10),
     Plant("view-keeps-closed", "sessions", ("view.terminals",)),
     Plant("trailing-semicolon", "direct", ("send.text-literal",)),
     Plant("extra-key-rejected", "direct", ("args.extra-keys",)),

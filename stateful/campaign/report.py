@@ -181,6 +181,10 @@ def _why(report: CampaignReport, clause: str) -> str:
     return "; ".join(reasons) or "allowed (--allow)"
 
 
+BEHIND = "met only past {}: its program went on past that known violation first, and its repro goes past it too"
+"""What the report says of a finding behind another (docs/campaigns.md, "A finding behind another")."""
+
+
 def markdown(report: CampaignReport) -> str:
     rate = report.steps / report.elapsed_s if report.elapsed_s else 0.0
     verdict = ("FAILED (interrupted)" if report.failed else "interrupted") if report.interrupted else \
@@ -206,6 +210,7 @@ def markdown(report: CampaignReport) -> str:
                   + (f" of process {f.get('owner')} on {f['host']} " if f.get("host") else " ") +
                   f"({f.get('steps_found')} steps), {shrunk}; "
                   f"met again {report.repeats.get(f.get('key') or f['clause'], 0)} times",
+                  *(["", BEHIND.format(", ".join(f"`{k}`" for k in f["behind"]))] if f.get("behind") else []),
                   "", f"repro: `{f['repro']}`" if f.get("repro") else "repro: none",
                   *([f"plain repro: `{f['plain']}`" if str(f['plain']).endswith(".py") else
                      f"plain repro: {f['plain']}"] if f.get("plain") else []), "",

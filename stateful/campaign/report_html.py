@@ -11,7 +11,7 @@ from __future__ import annotations
 from html import escape
 from typing import TYPE_CHECKING, Any
 
-from stateful.campaign.report import NOT_SHRUNK
+from stateful.campaign.report import BEHIND, NOT_SHRUNK
 from stateful.campaign.verdicts import VERDICTS, contract_link
 
 if TYPE_CHECKING:
@@ -87,10 +87,11 @@ def _finding(f: dict[str, Any], repeats: int) -> str:
               else NOT_SHRUNK)
     repro = f"<p>repro: <code>{escape(str(f['repro']))}</code></p>" if f.get("repro") else "<p>repro: none</p>"
     plain = f"<p>plain repro: <code>{escape(str(f['plain']))}</code></p>" if f.get("plain") else ""
+    behind = f"<p>{escape(BEHIND.format(', '.join(f.get('behind') or ())))}</p>" if f.get("behind") else ""
     return (f'<h3 id="finding-{escape(f["clause"])}"><code>{escape(f["clause"])}</code></h3>'
             f"<p>{escape(str(f.get('message', '')))}</p>"
             f"<p>found after {escape(str(f.get('first_seen_s')))} s ({escape(str(f.get('steps_found')))} steps), "
-            f"{escape(shrunk)}; met again {repeats} times</p>{repro}{plain}"
+            f"{escape(shrunk)}; met again {repeats} times</p>{behind}{repro}{plain}"
             f"<details><summary>minimal program and transcript</summary>"
             f"<pre>{escape(str(f.get('report') or f.get('message', '')))}</pre></details>")
 

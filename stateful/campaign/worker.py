@@ -37,7 +37,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.errors import Flaky, HypothesisException, Unsatisfiable
 from hypothesis.stateful import get_state_machine_test
 
-from stateful import pipeline, steering
+from stateful import clauses, pipeline, steering
 from stateful.causes import split_key
 from stateful.campaign import seen
 from stateful.campaign.database import open_db
@@ -259,6 +259,7 @@ class Worker:
                 "shrink_s": round(now - seen_at, 1) if "first_seen_s" in claim else None,
                 "repro": repro, "plain": plain, "reproduced": True, "shrunk_s": round(now - self.config.started, 1), "shrink_split_s": split,
                 "report": pipeline.report(shrunk), "worker": self.index, "program": claim.get("program"),
+                "behind": list(clauses.behind_of(shrunk)),
             })
             self.save()
 
@@ -318,6 +319,7 @@ class Worker:
                 "steps_found": claim.get("steps_found"), "steps_shrunk": None, "shrink_s": None, "repro": None,
                 "plain": None, "reproduced": False, "shrunk_s": round(time.time() - self.config.started, 1),
                 "report": report, "worker": self.index, "program": claim.get("program"),
+                "behind": list(clauses.behind_of(failure)),
             })
             self.save()
 

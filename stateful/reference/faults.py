@@ -41,6 +41,8 @@ FAULTS: dict[str, str] = {
     "outputs-completion-order": "the outputs of concurrent calls are paired with call ids in the order they completed",
     "sibling-deletes-swapped": "the deleted events of two live id siblings carry each other's resource id",
     "read-last-row-dropped": "every read loses the screen's last row (an off-by-one in the captured range)",
+    "exit-by-shared-id": "exits are handled through a table keyed by resource id: of two live pairs that share "
+                         "one (with resource-id-collision on), the second to exit is never removed (omnigent 0.19.1)",
     "shared-pane": "a launch in an agent session whose terminal already runs there attaches to that pane "
                    "instead of starting its own (tmux sessions named after the terminal alone)",
 }

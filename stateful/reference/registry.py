@@ -224,6 +224,9 @@ class TerminalRegistry:
         self._shutdown_done = threading.Event()
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
+        self._exit_slots: set[tuple[str, str]] = set()
+        """Planted fault "exit-by-shared-id" only: (agent session, resource id) of each launch, taken
+        by the first exit of a pair with that id (omnigent 0.19.1's table of lifecycles)."""
         self._reaper = ReaperLink()
         self._env_bin = shutil.which("env") or "/usr/bin/env"
         with _LIVE_LOCK:
@@ -319,6 +322,7 @@ class TerminalRegistry:
                     resource_id = self._unique_id(session_id, spec.name, session)
                     entry = _Terminal(key, spec, resource_id, server)
                     self._terminals[key] = entry
+                    self._exit_slots.add((session_id, resource_id))
                     registered = True
             if not registered:
                 self._destroy(server)
@@ -616,6 +620,18 @@ class TerminalRegistry:
                     return other
         return None
 
+    def _take_exit_slot(self, entry: _Terminal) -> bool:
+        """Planted fault "exit-by-shared-id": an exit is handled through a table keyed by resource
+        id, one slot per launch. Two live pairs that share an id (resource-id-collision) share one
+        slot: the first to exit takes it, and the other, when it exits, finds none and is never
+        removed (listed, running false, with no deleted event) until it is closed."""
+        with self._lock:
+            slot = (entry.key[0], entry.resource_id)
+            if slot not in self._exit_slots:
+                return False
+            self._exit_slots.discard(slot)
+            return True
+
     def _retire_dead(self, entry: _Terminal) -> None:
         with self._pair(entry.key):
             self._retire(entry)
@@ -654,6 +670,8 @@ class TerminalRegistry:
                 try:
                     if entry.server.is_alive():
                         continue
+                    if faults.enabled("exit-by-shared-id") and not self._take_exit_slot(entry):
+                        continue  # Planted fault: an id sibling's exit took the slot
                     with self._pair(entry.key, blocking=False) as acquired:
                         if acquired:
                             self._retire(entry)
