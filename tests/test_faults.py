@@ -311,7 +311,12 @@ PLANTS = [  # longest hunts first (they start first: the pool ends together, not
     Plant("read-last-row-dropped", "direct", ("read.result", "read.rows-exact")),
     Plant("shared-pane", "direct", ("launch.private-server", "screen.isolation")),
 ]
-GAPS: dict[str, tuple[str, str, str]] = {}
+GAPS: dict[str, tuple[str, str, str]] = {
+    "exit-by-shared-id": ("direct", "list.exit-removed",
+                          "it shows only with resource-id-collision on and past its events.unique-ids, which a hunt "
+                          "never goes past: tests/test_behind.py finds it behind that one, and a campaign with both "
+                          "on reports it (docs/faults.md)"),
+}
 """Faults the machine does not find with the ci profile: out of the suite, not hidden (docs/faults.md).
 Each is ``fault: (target, clause, why)``; hunt one by hand with
 ``python tests/test_faults.py FAULT TARGET BUDGET OUT.json`` (then read OUT.json)."""

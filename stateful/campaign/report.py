@@ -23,7 +23,7 @@ __all__ = ["CampaignReport", "build_report", "write_reports"]
 NOT_SHRUNK = "not shrunk (the budget, or the process that shrank it, ended first)"
 """What the report says of a failure known only by its claim: found, and never reported shrunk."""
 FAILURE_KEYS = ("clause", "cause", "key", "message", "first_seen_s", "steps_found", "steps_shrunk", "shrink_s", "repro",
-                "reproduced")
+                "reproduced", "behind")
 
 
 @dataclass
