@@ -462,16 +462,8 @@ class TerminalMachine(RuleBasedStateMachine):
         what a server answers then does not depend on how fast the shell ran ``exit``, so a program
         gives the same outcome on every replay (one that found a bug finds it again)."""
         pair, a, p, shell = self._pick(index, "shell")
-        # Exiting from now on: the exit (and its deleted event) may happen before the send returns.
-        shell.exited = True
-        a.model = a.model._with_pair(replace(p, life=Life.EXITING))
-        event(f"exit: {how}")
-        driving.type_sends(self.world, a, pair, driving.exit_sends(how), gen.Decoration(), read_after=False)
-        died: bool | None = None  # unknown where the probe cannot see the processes
-        if shell.processes and self.world.probe_on(shell.socket):
-            gone = self.world.eventually("exit: processes gone",
-                                         lambda: True if not self.world.probe.leftovers(shell.processes) else None)
-            died = bool(gone[0])
+        self._type_exit(pair, a, p, how)
+        died = self._processes_gone(shell)
         steps: list[list[Call]] = []
         for what in window:
             steps.append({"list": list_step(), "read": [read_call(pair)],
@@ -491,6 +483,44 @@ class TerminalMachine(RuleBasedStateMachine):
             js = self._turn(a, [[tool_call(LAUNCH, pair_args(pair))], list_step()])
             if js[0][0].value.get("status") != "launched":
                 fail("launch.relaunch", f"launch after exit of {pair} did not start a new process: {js[0][0].value}")
+
+    @precondition(lambda self: any(len(self._shells_of(a)) > 1 for a in self.live))
+    @rule(agent=AGENT, how=st.sampled_from(sorted(driving.EXITS)))
+    def exit_several(self, agent: int, how: str) -> None:
+        """Every shell of one agent session ends, one right after another (a session with at least two):
+        each must then be removed. A server that handles exits through something two pairs can share
+        (omnigent 0.19.1: a table keyed by resource id, which id siblings share) loses one of them."""
+        candidates = [a for a in self.live if len(self._shells_of(a)) > 1]
+        a = candidates[agent % len(candidates)]
+        exiting = [(ref, *live) for ref in self._shells_of(a) if (live := self._live_shell(ref)) is not None]
+        event(f"exit: {min(len(exiting), 3)}{'+' if len(exiting) > 3 else ''} shells of one session")
+        for ref, _, p, _ in exiting:
+            self._type_exit(ref, a, p, how)
+        for ref, _, _, shell in exiting:
+            died = self._processes_gone(shell)
+            driving.await_exit(self.world, a, ref, lambda ref=ref: a.model.pair(ref.terminal, ref.session) is None,
+                               list_step(), f"{ref} to be removed from list after its exit", "list.exit-removed", died,
+                               driving.EXITS[how])
+
+    def _shells_of(self, a: Agent) -> list[PairRef]:
+        """The live pairs of agent session ``a`` whose program is a shell at its prompt."""
+        return [ref for ref in self._eligible("shell") if ref.agent == a.index]
+
+    def _type_exit(self, pair: PairRef, a: Agent, p: PairState, how: str) -> None:
+        """Type what ends ``pair``'s shell (``how``); exiting from then on: the exit (and its deleted
+        event) may happen before the send returns."""
+        a.shells[p.instance].exited = True
+        a.model = a.model._with_pair(replace(p, life=Life.EXITING))
+        event(f"exit: {how}")
+        driving.type_sends(self.world, a, pair, driving.exit_sends(how), gen.Decoration(), read_after=False)
+
+    def _processes_gone(self, shell: Shell) -> bool | None:
+        """Whether the shell's processes were seen gone (polled); None where the probe cannot see them."""
+        if not (shell.processes and self.world.probe_on(shell.socket)):
+            return None
+        gone = self.world.eventually("exit: processes gone",
+                                     lambda: True if not self.world.probe.leftovers(shell.processes) else None)
+        return bool(gone[0])
 
     # -- rules: an interactive program ---------------------------------------------------------------
 

@@ -28,8 +28,7 @@ _DECO = "Decoration(extra=(), ensure_ascii=False, spaced=False, shuffle=0)"
 PROGRAM = (
     "pairs_0 = state.start(terminal='sh', name='a b')",
     f"pairs_1 = state.id_sibling(index=0, how='underscored', deco={_DECO})",
-    "state.exit_shell(index=0, window=[], relaunch='no', how='exit')",
-    "state.exit_shell(index=0, window=[], relaunch='no', how='exit')",
+    "state.exit_several(agent=0, how='exit')",
 )
 """Two live id siblings (``'a b'`` and ``'_a b_'``, both ``terminal_sh_a_b``), then both exit."""
 FAULTS = ("resource-id-collision", "exit-by-shared-id")

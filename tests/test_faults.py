@@ -285,6 +285,8 @@ SWAPPED_OUTPUT_CLAUSES = ("step.concurrent", "close.closed", "close.not-found", 
 the call it landed on (a list's array on a close, a close's names on another close, ...)."""
 
 PLANTS = [  # longest hunts first (they start first: the pool ends together, not on one long hunt started last)
+    # every failing replay waits out the poll deadline for processes that never go (and leaks them): 8 shrinks
+    # took 239 s where 25 ran into the 300-s safety net (404 s in all; docs/faults.md)
     Plant("delete-keeps-terminals", "direct", ("session.delete",), shrinks=8),
     Plant("outputs-completion-order", "sessions", SWAPPED_OUTPUT_CLAUSES, shrinks=15, says="no sequential order of the",
           tries=3),
@@ -294,7 +296,7 @@ PLANTS = [  # longest hunts first (they start first: the pool ends together, not
     Plant("scrollback-capped", "direct", ("read.rows-exact", "read.history")),
     Plant("read-history-short", "direct", ("read.rows-exact",)),
     Plant("scrollback-ignored", "direct", ("read.rows-exact", "read.history")),
-    Plant("long-text-cut", "direct", ("send.text-literal",), shrinks=10),
+    Plant("long-text-cut", "direct", ("send.text-literal",)),
     Plant("view-keeps-closed", "sessions", ("view.terminals",)),
     Plant("trailing-semicolon", "direct", ("send.text-literal",)),
     Plant("extra-key-rejected", "direct", ("args.extra-keys",)),
