@@ -261,7 +261,7 @@ def test_reproduced_replays_the_recorded_program_when_hypothesis_reported_none()
     from hypothesis.errors import FlakyFailure, FlakyStrategyDefinition
     from hypothesis.stateful import run_state_machine_as_test
 
-    quick = settings(max_examples=20, stateful_step_count=6, derandomize=True, deadline=None, database=None,
+    quick = settings(max_examples=60, stateful_step_count=6, derandomize=True, deadline=None, database=None,
                      phases=[Phase.generate], suppress_health_check=list(HealthCheck))
     with machine_with_fault("scrollback-bool") as machine:
         with pytest.raises(AssertionError) as caught:
