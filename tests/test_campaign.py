@@ -592,3 +592,25 @@ def test_the_summary_says_where_a_failures_repro_is_or_why_there_is_none(failure
                 **failure}
     report = build_report(60, 1, 1, [{"failures": [recorded]}], {"read.scrollback-type@bool-scrollback": claim}, [], [])
     assert _failure_lines(report) == ["FAILED read.scrollback-type@bool-scrollback: read.scrollback-type: ...\n  " + says]
+
+
+def test_the_report_and_the_summary_say_what_the_searches_noted() -> None:
+    """A search that Hypothesis ended early (FlakyStrategyDefinition) gives its claim back: no failure of
+    the server, but why the campaign may have found less. The report and the console say it (a CI
+    campaign that found nothing in 55 programs left no word of why)."""
+    import contextlib
+    import io
+
+    from stateful.campaign.driver import _summary
+    from stateful.campaign.report import build_report, markdown
+
+    noted = "search 2 ended early: FlakyStrategyDefinition: Inconsistent data generation!"
+    report = build_report(60, 60, 2, [{"worker": 0, "programs": 3}, {"worker": 1, "programs": 4, "notes": [noted]}],
+                          {}, [], [])
+    assert report.notes == [f"worker 1: {noted}"] and report.as_json()["notes"] == report.notes
+    assert f"## Notes of the searches\n\n- worker 1: {noted}" in markdown(report)
+    assert "Notes of the searches" not in markdown(build_report(60, 60, 1, [{"programs": 1}], {}, [], []))
+    shown = io.StringIO()
+    with contextlib.redirect_stdout(shown):
+        _summary(report, [], False)
+    assert f"note  worker 1: {noted}" in shown.getvalue()

@@ -379,6 +379,7 @@ def _summary(report: CampaignReport, written: list[Path], interrupted: bool, obs
     lines += [f"known  {k['clause']}: met {k['count']} times" for k in report.known]
     if report.steered:
         lines.append(f"steered away from (inputs of known failures): {', '.join(report.steered)}")
+    lines += [f"note  {note}" for note in report.notes]
     if interrupted:
         lines.append("interrupted: the budget was not spent, so this is no verdict of a pass")
     elif not report.failures and not report.errors:

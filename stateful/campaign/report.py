@@ -44,6 +44,9 @@ class CampaignReport:
     """The triggers (:mod:`stateful.steering`) the workers' later searches stopped drawing."""
     interrupted: bool = False
     """SIGINT/SIGTERM ended the campaign before its budget: what it found holds, a pass does not."""
+    notes: list[str] = field(default_factory=list)
+    """What the workers noted of their searches (one that Hypothesis ended early, a claim left to another
+    worker): no failure of the server, but why a search may have found less than it could."""
     clauses: list[ClauseVerdict] = field(default_factory=list)
     """Every clause's verdict and why (:mod:`stateful.campaign.verdicts`)."""
     stale: list[StaleEntry] = field(default_factory=list)
@@ -68,7 +71,7 @@ class CampaignReport:
                 "known": self.known, "steered": self.steered, "coverage": self.coverage,
                 "clauses": [v.as_json() for v in self.clauses],
                 "stale": [{"clause": e.deviation.clause, "entry": e.deviation.source, "why": e.why} for e in self.stale],
-                "timeline": self.timeline} | ({"campaign": self.campaign} if self.campaign is not None else {})
+                "timeline": self.timeline, "notes": self.notes} | ({"campaign": self.campaign} if self.campaign is not None else {})
 
     @property
     def failed(self) -> bool:
@@ -90,7 +93,9 @@ def build_report(budget: float, elapsed: float, workers: int, states: Sequence[M
     examples: dict[str, str] = {}
     recorded: dict[str, dict[str, Any]] = {}
     errors: list[str] = []
-    for state in states:
+    notes: list[str] = []
+    for number, state in enumerate(states):
+        notes += [f"worker {state.get('worker', number)}: {note}" for note in state.get("notes", [])]
         coverage.update(state.get("coverage", {}))
         known.update(state.get("known", {}))
         repeats.update(state.get("repeats", {}))
@@ -127,7 +132,7 @@ def build_report(budget: float, elapsed: float, workers: int, states: Sequence[M
                for c in sorted(listed) if known[c]],
         coverage=dict(sorted(coverage.items())), deviations=list(deviations), repeats=dict(repeats), errors=errors,
         steered=steered, interrupted=interrupted, clauses=verdicts, stale=stale, replays=dict(replays or {}),
-        timeline=timeline(states, elapsed),
+        timeline=timeline(states, elapsed), notes=notes,
         largest_conversation=max((int(s.get("largest_conversation", 0)) for s in states), default=0))
 
 
@@ -215,6 +220,8 @@ def markdown(report: CampaignReport) -> str:
                   *([f"plain repro: `{f['plain']}`" if str(f['plain']).endswith(".py") else
                      f"plain repro: {f['plain']}"] if f.get("plain") else []), "",
                   "```", f.get("report") or f.get("message", ""), "```", ""]
+    if report.notes:
+        lines += ["## Notes of the searches", "", *[f"- {note}" for note in report.notes], ""]
     lines += ["## Known deviations", ""]
     lines += [f"- `{k['clause']}`: met {k['count']} times; {_why(report, k['clause'])}"
               + (f"; e.g. {k['example']}" if k.get("example") else "") for k in report.known] or ["None met."]
