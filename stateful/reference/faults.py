@@ -37,7 +37,7 @@ FAULTS: dict[str, str] = {
     "read-history-short": "a read with history shows one history line fewer than it should",
     "scrollback-capped": "a read with a scrollback over 1000 shows no history at all",
     "view-keeps-closed": "/resources/terminals keeps showing a terminal after it was closed",
-    "delete-keeps-terminals": "DELETE of an agent session leaves its terminals running",
+    "delete-keeps-terminals": "DELETE of an agent session leaves its terminals running (until the next DELETE)",
     "outputs-completion-order": "the outputs of concurrent calls are paired with call ids in the order they completed",
     "sibling-deletes-swapped": "the deleted events of two live id siblings carry each other's resource id",
     "read-last-row-dropped": "every read loses the screen's last row (an off-by-one in the captured range)",

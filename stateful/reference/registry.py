@@ -224,6 +224,8 @@ class TerminalRegistry:
         self._shutdown_done = threading.Event()
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
+        self._left_running: str | None = None
+        """Planted fault "delete-keeps-terminals" only: the agent session whose DELETE left its terminals."""
         self._exit_slots: set[tuple[str, str]] = set()
         """Planted fault "exit-by-shared-id" only: (agent session, resource id) of each launch, taken
         by the first exit of a pair with that id (omnigent 0.19.1's table of lifecycles)."""
@@ -549,7 +551,15 @@ class TerminalRegistry:
     def close_session(self, session_id: str) -> int:
         """Close every pair of one agent session; the number closed."""
         if faults.enabled("delete-keeps-terminals"):
-            return 0  # (shutdown still closes them: nothing outlives the stack)
+            # Planted fault: this session's terminals keep running until the next DELETE, which sweeps
+            # them (so that a run's leaks stay one session's: hundreds of leaked shells slowed a hunt
+            # down to 473 s); shutdown closes what is left.
+            with self._lock:
+                earlier, self._left_running = self._left_running, session_id
+                keys = [k for k in self._terminals if k[0] == earlier]
+            for key in keys:
+                self.close(*key)
+            return 0
         with self._lock:
             keys = [k for k in self._terminals if k[0] == session_id]
         return sum(self.close(*key) for key in keys)
