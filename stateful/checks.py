@@ -157,7 +157,8 @@ def view_problem(view: Sequence[Mapping[str, Any]], running: Iterable[tuple[str,
                  fits_baseline: Callable[[str], bool] = lambda rid: False) -> str | None:
     """Whether ``/resources/terminals`` disagrees with list's running pairs (None if it agrees).
 
-    Entries name their pair by ``terminal``/``session`` where they carry them, else by resource id.
+    Entries name their pair by ``terminal``/``session`` where they carry them, else by resource id (an
+    id that several live pairs share, past a known ``events.unique-ids``, names each of them once).
     Every entry must be a running pair (by its created event's id where it carries one), or one of
     the server's own terminals (the ``baseline``, which it may or may not show, named or with an id
     that ``fits_baseline``); nothing else may stay, e.g. a terminal that was closed.
@@ -165,15 +166,17 @@ def view_problem(view: Sequence[Mapping[str, Any]], running: Iterable[tuple[str,
     skip = set(baseline)
     want = set(running)
     got: set[tuple[str, str]] = set()
-    by_id = {rid: key for key, rid in ids.items()}
+    by_id: dict[str, list[tuple[str, str]]] = {}
+    for key, rid in ids.items():  # several pairs where a server shares one id (a known events.unique-ids)
+        by_id.setdefault(rid, []).append(key)
     for entry in view:
         if not isinstance(entry, Mapping):
             return f"a /resources/terminals entry is not an object: {entry!r}"
         rid = entry.get("id", entry.get("resource_id"))
         if isinstance(entry.get("terminal"), str) and isinstance(entry.get("session"), str):
             key = (entry["terminal"], entry["session"])
-        elif rid in by_id:
-            key = by_id[rid]
+        elif rid in by_id:  # an entry named by an id that pairs share is any one of them not shown yet
+            key = next((k for k in by_id[rid] if k not in got), by_id[rid][0])
         elif isinstance(rid, str) and fits_baseline(rid):
             continue  # the server's own terminal, shown by id
         else:

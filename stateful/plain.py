@@ -252,11 +252,12 @@ def _block(block: Block) -> list[str]:
 
 def _check_kinds(p: Plan) -> set[str]:
     """Which checks beyond outputs the repro makes (keys of ``plain_checks.NEEDS``)."""
-    return {"events" if b.kind == "events" else "rows" if b.kind == "rows" else "probe"
-            for b in p.blocks if b.kind in ("events", "rows", "capture", "gone") or (b.kind == "delete" and b.final)}
+    return {"events" if b.kind == "events" else "rows" if b.kind == "rows" else "view" if b.kind == "view" else "probe"
+            for b in p.blocks if b.kind in ("events", "rows", "capture", "gone", "view")
+            or (b.kind == "delete" and b.final)}
 
 
-_MODULES = {"walk": (), "events": ("re",), "probe": ("os", "subprocess"), "rows": ("os", "subprocess")}
+_MODULES = {"walk": (), "events": ("re",), "view": ("re",), "probe": ("os", "subprocess"), "rows": ("os", "subprocess")}
 """The stdlib modules each kind of check's copied functions import (besides json and time)."""
 
 
@@ -426,12 +427,10 @@ class Agent:
     def check_view(self, running: list, base: list, message: str) -> None:
         """/resources/terminals against the pairs that must be running (the server's own, ``base``,
         may show too)."""
-        base = {{tuple(p) for p in base}}
         reply = self.client.get(f"/v1/sessions/{{self.session_id}}/resources/terminals")
         assert reply.status_code == 200, reply.text
-        shown = {{(r.get("terminal"), r.get("session")) for r in reply.json()["data"]}}
-        assert shown - (base - {{tuple(p) for p in running}}) == {{tuple(p) for p in running}}, (
-            f"{{message}}: /resources/terminals shows {{sorted(shown)}}; running: {{sorted(map(tuple, running))}}")
+        problem = view_problem(reply.json()["data"], running, base)
+        assert problem is None, f"{{message}}: {{problem}}"
 
     def delete(self) -> None:
         reply = self.client.delete(f"/v1/sessions/{{self.session_id}}")

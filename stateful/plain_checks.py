@@ -93,6 +93,34 @@ def events_problem(events: list[Any], launched: list[Any], ended: list[Any], bas
     return None
 
 
+def view_problem(entries: list[Any], running: list[Any], base: list[Any]) -> str | None:
+    """What breaks CONTRACT §2.8 in ``/resources/terminals`` (its ``data``), or None: it shows each running
+    pair once and nothing else but the server's own (``base``, which it may show or not). An entry names
+    its pair by ``terminal``/``session``, else by its resource id (§2.8 leaves the entry's shape open),
+    which names any running pair whose id it fits and that no entry named yet."""
+    def fits(rid: Any, pair: Any) -> bool:
+        def safe(value: str) -> str:
+            return re.sub(r"[^A-Za-z0-9_.-]+", "_", value).strip("_") or "resource"
+        return re.fullmatch(re.escape(f"terminal_{safe(pair[0])}_{safe(pair[1])}") + r"(?:_\d+)?", str(rid)) is not None
+
+    running, base = [tuple(p) for p in running], [tuple(p) for p in base]
+    shown: list[Any] = []
+    for entry in entries:
+        pair = (entry.get("terminal"), entry.get("session"))
+        if not all(isinstance(n, str) for n in pair):
+            rid = entry.get("id", entry.get("resource_id"))
+            pair = next((p for p in running if fits(rid, p) and p not in shown), None) or next(
+                (p for p in [*running, *base] if fits(rid, p)), ("?", str(rid)))
+        if pair in base and pair not in running:
+            continue
+        if pair not in running or pair in shown:
+            return f"/resources/terminals shows {pair} ({'twice' if pair in shown else 'not running'}): {entries}"
+        shown.append(pair)
+    if sorted(shown) != sorted(running):
+        return f"/resources/terminals shows {sorted(shown)}; running: {sorted(running)}"
+    return None
+
+
 def _stat(pid: int) -> Any:
     """(name, state, ppid, session id, start time) of a process from /proc, or None if it is gone."""
     try:
@@ -183,6 +211,7 @@ def walk_items(fetch: Any, limit: int, max_pages: int = 10_000) -> list[Any]:
 
 NEEDS: dict[str, tuple[str, ...]] = {
     "walk": ("walk_items",),
+    "view": ("view_problem",),
     "events": ("events_problem",),
     "probe": ("_stat", "_tmux", "terminal_processes", "leftovers"),
     "rows": ("_tmux", "history_size"),

@@ -134,3 +134,19 @@ def test_the_e2e_helpers_walk_is_bounded_the_same_way() -> None:
         with pytest.raises(AssertionError, match=r"items walk: page 2 \(limit 1000, after 'a'\) says has_more but "
                                                  r"holds no item"):
             session_items(client, "s1")
+
+
+def test_a_plain_view_check_names_entries_by_id_where_they_carry_no_pair() -> None:
+    """omnigent 0.19.1's /resources/terminals entries carry ``name``, ``id`` and ``metadata``, no top-level
+    ``terminal``/``session``: a plain repro's view check read every entry as (None, None) and failed with
+    view.terminals on any server like it (a close.not-found repro of a campaign, 2026-12-07)."""
+    from stateful.plain_checks import view_problem
+
+    shared = [{"id": "terminal_bash_a_b", "name": "bash:a'b"}, {"id": "terminal_bash_a_b", "name": "bash:a'b!"},
+              {"id": "terminal_tui_main", "name": "tui:main"}]
+    running = [("bash", "a'b"), ("bash", "a'b!")]
+    assert view_problem(shared, running, [("tui", "main")]) is None
+    assert view_problem(shared[:1], running, []) is not None  # one running pair not shown
+    assert "twice" in str(view_problem([*shared[:2], shared[0]], running, []))
+    assert "not running" in str(view_problem([{"id": "terminal_bash_gone"}], [], []))
+    assert view_problem([{"terminal": "bash", "session": "a'b"}], [("bash", "a'b")], []) is None

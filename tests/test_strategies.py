@@ -157,6 +157,17 @@ def test_view_problem() -> None:
                                baseline=[("tui", "m")]) is None
 
 
+def test_view_problem_names_each_pair_of_a_shared_id_once() -> None:
+    """Past a known events.unique-ids two live pairs share one id (omnigent 0.19.1: 'a'b' and 'a'b!' are both
+    terminal_bash_a_b); a view that names its entries by id alone shows each of them once. The check took
+    both entries for the last pair and said it was shown twice (a false alarm of a campaign, 2026-12-07)."""
+    ids = {("bash", "a'b"): "terminal_bash_a_b", ("bash", "a'b!"): "terminal_bash_a_b"}
+    both = [{"id": "terminal_bash_a_b"}, {"id": "terminal_bash_a_b"}]
+    assert checks.view_problem(both, [("bash", "a'b"), ("bash", "a'b!")], ids) is None
+    assert "twice" in str(checks.view_problem([*both, *both[:1]], [("bash", "a'b"), ("bash", "a'b!")], ids))
+    assert checks.view_problem(both[:1], [("bash", "a'b"), ("bash", "a'b!")], ids)  # one of them is missing
+
+
 def test_view_problem_holds_every_entry_against_the_model() -> None:
     """Only running pairs and the server's own terminals (the baseline) may be shown: a closed
     terminal that stays, by name or by id, is caught even when the server has terminals of its own."""
