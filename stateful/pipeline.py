@@ -80,15 +80,14 @@ def shorten(machine: type, failure: BaseException, deadline: float | None = None
     past known violations (``behind``) is replayed past those too (and no others)."""
     if clause_of(failure) is None or (deadline is not None and time.time() >= deadline):
         return failure
-    if allowed is None:
-        with clauses.going_past(clauses.behind_of(failure)):
-            return shorter_failure(machine, failure, deadline=deadline)
-    clauses.know(allowed)
+    if allowed is not None:
+        clauses.know(allowed)
     try:
         with clauses.going_past(clauses.behind_of(failure)):
             return shorter_failure(machine, failure, deadline=deadline)
     finally:
-        clauses.know()
+        if allowed is not None:
+            clauses.know()
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,15 @@ def polled(within: float, least: int = 2, interval: float = 0.2) -> Any:
         time.sleep(max(0.0, interval - (time.monotonic() - began)))
 
 
+def resource_id_fits(rid: Any, pair: Any) -> bool:
+    """Whether ``rid`` is the resource id of ``pair`` (terminal, session): ``terminal_<safe(name)>_<safe(key)>``,
+    perhaps with ``_n`` (n >= 2) appended (CONTRACT §2.4)."""
+    def safe(value: str) -> str:
+        return re.sub(r"[^A-Za-z0-9_.-]+", "_", value).strip("_") or "resource"
+    m = re.fullmatch(re.escape(f"terminal_{safe(pair[0])}_{safe(pair[1])}") + r"(?:_(\d+))?", str(rid))
+    return m is not None and (m.group(1) is None or int(m.group(1)) >= 2)
+
+
 def events_problem(events: list[Any], launched: list[Any], ended: list[Any], base: list[Any]) -> str | None:
     """What breaks CONTRACT §2.4 in one session's ``resource_event`` items (in order), as
     ``"<clause>: <what>"``, or None. ``launched``: the (terminal, session) of every launch that said
@@ -51,13 +60,7 @@ def events_problem(events: list[Any], launched: list[Any], ended: list[Any], bas
     no exit is pending: then every event is fixed, whatever order the server recorded them in."""
     created_type, deleted_type = "session.resource.created", "session.resource.deleted"
 
-    def safe(value: str) -> str:
-        return re.sub(r"[^A-Za-z0-9_.-]+", "_", value).strip("_") or "resource"
-
-    def fits(rid: Any, pair: Any) -> bool:
-        m = re.fullmatch(re.escape(f"terminal_{safe(pair[0])}_{safe(pair[1])}") + r"(?:_(\d+))?", str(rid))
-        return m is not None and (m.group(1) is None or int(m.group(1)) >= 2)
-
+    fits = resource_id_fits
     def names(event: Any) -> Any:
         resource = event.get("resource") if isinstance(event.get("resource"), dict) else {}
         pair = (resource.get("terminal"), resource.get("session"))
@@ -98,11 +101,7 @@ def view_problem(entries: list[Any], running: list[Any], base: list[Any]) -> str
     pair once and nothing else but the server's own (``base``, which it may show or not). An entry names
     its pair by ``terminal``/``session``, else by its resource id (§2.8 leaves the entry's shape open),
     which names any running pair whose id it fits and that no entry named yet."""
-    def fits(rid: Any, pair: Any) -> bool:
-        def safe(value: str) -> str:
-            return re.sub(r"[^A-Za-z0-9_.-]+", "_", value).strip("_") or "resource"
-        return re.fullmatch(re.escape(f"terminal_{safe(pair[0])}_{safe(pair[1])}") + r"(?:_\d+)?", str(rid)) is not None
-
+    fits = resource_id_fits
     running, base = [tuple(p) for p in running], [tuple(p) for p in base]
     shown: list[Any] = []
     for entry in entries:
@@ -211,8 +210,8 @@ def walk_items(fetch: Any, limit: int, max_pages: int = 10_000) -> list[Any]:
 
 NEEDS: dict[str, tuple[str, ...]] = {
     "walk": ("walk_items",),
-    "view": ("view_problem",),
-    "events": ("events_problem",),
+    "view": ("resource_id_fits", "view_problem"),
+    "events": ("resource_id_fits", "events_problem"),
     "probe": ("_stat", "_tmux", "terminal_processes", "leftovers"),
     "rows": ("_tmux", "history_size"),
 }
