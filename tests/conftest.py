@@ -172,7 +172,19 @@ def hunter(request: pytest.FixtureRequest, terminal_leak_guard: str,
     from test_faults import hunting  # the hunts' machinery lives with their tests
 
     with hunting(request.session.items, terminal_leak_guard, tmp_path_factory.mktemp("fault-hunts")) as running:
+        request.config.stash[HUNT_WALLS] = running.walls
         yield running
+
+
+HUNT_WALLS = pytest.StashKey[dict[str, float]]()
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """The fault hunts' wall-clock seconds, longest first (``PLANTS`` starts the longest first)."""
+    walls = config.stash.get(HUNT_WALLS, None)
+    if walls:
+        shown = ", ".join(f"{name} {wall:.0f}" for name, wall in sorted(walls.items(), key=lambda kv: -kv[1]))
+        terminalreporter.write_line(f"fault hunts, wall seconds, longest first: {shown}")
 
 
 @pytest.fixture(scope="session", autouse=True)

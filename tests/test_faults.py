@@ -284,25 +284,27 @@ SWAPPED_OUTPUT_CLAUSES = ("step.concurrent", "close.closed", "close.not-found", 
 """What a concurrent call's output that went to another call of the same reply breaks: the clause of
 the call it landed on (a list's array on a close, a close's names on another close, ...)."""
 
-PLANTS = [  # longest hunts first (they start first: the pool ends together, not on one long hunt started last)
+PLANTS = [  # longest hunts first (they start first: the pool ends together, not on one long hunt started last);
+    # by ci27-ci28's durations: delete-keeps-terminals 229-235 s, prefix-match 225-249 s, outputs-completion-order
+    # 200-257 s, view-keeps-closed and long-text-cut 126 s (docs/soak.md)
     # every failing replay waits out the poll deadline for processes that never go (and leaks them): 8 shrinks
     # took 239 s where 25 ran into the 300-s safety net (404 s in all; docs/faults.md)
     Plant("delete-keeps-terminals", "direct", ("session.delete",), shrinks=8),
+    Plant("prefix-match", "direct", ("scope.names-exact",)),
     Plant("outputs-completion-order", "sessions", SWAPPED_OUTPUT_CLAUSES, shrinks=15, says="no sequential order of the",
           tries=3),
+    Plant("view-keeps-closed", "sessions", ("view.terminals",)),
+    Plant("long-text-cut", "direct", ("send.text-literal",)),
     Plant("double-launch", "direct", ("launch.already-running",)),
     Plant("keys-default-none", "direct", ("send.keys",)),
     Plant("exit-not-reaped", "direct", ("list.exit-removed",), shrinks=15),
     Plant("scrollback-capped", "direct", ("read.rows-exact", "read.history")),
     Plant("read-history-short", "direct", ("read.rows-exact",)),
     Plant("scrollback-ignored", "direct", ("read.rows-exact", "read.history")),
-    Plant("long-text-cut", "direct", ("send.text-literal",)),
-    Plant("view-keeps-closed", "sessions", ("view.terminals",)),
     Plant("trailing-semicolon", "direct", ("send.text-literal",)),
     Plant("extra-key-rejected", "direct", ("args.extra-keys",)),
     Plant("resource-id-collision", "direct", ("events.unique-ids",)),
     Plant("cross-session", "direct", ("scope.session",)),
-    Plant("prefix-match", "direct", ("scope.names-exact",)),
     Plant("scrollback-bool", "direct", ("read.scrollback-type",)),
     Plant("close-leaks-server", "direct", ("close.nothing-left",)),
     Plant("close-event-lost", "direct", ("events.recorded",)),
@@ -381,6 +383,9 @@ class Hunter:
         self._workdir = workdir
         self._workers: dict[str, workers.Worker] = {}
         self._closing = False
+        self.walls: dict[str, float] = {}
+        """Wall-clock seconds of each hunt or replay that ended, by name (the run's summary lists them,
+        longest first: what ``PLANTS``'s order follows)."""
         self._lock = threading.Lock()
         """Orders the start of a hunt against :meth:`close`: none starts once closing began."""
         self._pool = cf.ThreadPoolExecutor(WORKERS, thread_name_prefix="fault-hunt")
@@ -411,6 +416,7 @@ class Hunter:
             except subprocess.TimeoutExpired:
                 worker.end()  # its terminals' tmux servers are then ended by its reaper
         wall = time.monotonic() - started
+        self.walls[name] = wall
         tail = log.read_text(errors="replace")[-8000:]  # room for a timed-out hunt's stacks
         code = worker.proc.returncode
         if code != 0 or not out.exists():

@@ -43,6 +43,8 @@ from stateful.campaign import seen
 from stateful.campaign.database import open_db
 from stateful.campaign.gate import BudgetSpent, Gate, Resteer, failure_key, first_line
 from stateful.observe import observing
+from stateful.shrinking import shrink_budget
+from stateful.tolerance import described, tolerate_other_answers
 from stateful.workers import follow_parent, interrupt_on_signals
 
 __all__ = ["WorkerConfig", "main", "state_path"]
@@ -181,8 +183,16 @@ class Worker:
 
     def _run(self, test: Any, machine: type, target: Any, run_settings: settings, shrink: float) -> bool:
         """Run the search's ``test`` and record what it found: False once the deadline ended it."""
-        from stateful.shrinking import shrink_budget
+        # a server's answers, not only the choices, decide how a program draws: the search goes on past
+        # programs that went otherwise than an earlier one (Hypothesis would end it), and notes them
+        with tolerate_other_answers() as differed:
+            try:
+                return self._search_once(test, machine, target, run_settings, shrink)
+            finally:
+                if differed.note():
+                    self.notes.append(f"search {len(self.searches)}: {differed.note()}")
 
+    def _search_once(self, test: Any, machine: type, target: Any, run_settings: settings, shrink: float) -> bool:
         try:
             with shrink_budget(shrink):
                 test()
@@ -194,9 +204,8 @@ class Worker:
             return True  # every program of this search met a failure the campaign knows
         except Flaky as flaky:  # a replay went otherwise than the run it replayed: a race, replayed until it fails again
             self.record_flaky(machine, target, flaky, run_settings)
-        except HypothesisException as problem:  # e.g. FlakyStrategyDefinition: the search ended, not a bug found
-            self.notes.append(f"search {len(self.searches)} ended early: {type(problem).__name__}: "
-                              f"{str(problem).splitlines()[0] if str(problem) else ''}")
+        except HypothesisException as problem:  # Hypothesis ended the search: not a bug found
+            self.notes.append(f"search {len(self.searches)} ended early: {type(problem).__name__}: {described(problem)}")
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as raised:  # noqa: BLE001 - sorted below: what Hypothesis found
@@ -305,8 +314,7 @@ class Worker:
             return
         report = settled.unreproduced
         if report is None:
-            self.notes.append(f"search {len(self.searches)} ended early: {type(flaky).__name__}: "
-                              f"{str(flaky).splitlines()[0] if str(flaky) else ''}")
+            self.notes.append(f"search {len(self.searches)} ended early: {type(flaky).__name__}: {described(flaky)}")
             return
         for failure in violations_in(flaky):
             key = self.claim_of(failure)
