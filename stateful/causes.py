@@ -35,6 +35,7 @@ CAUSES: dict[str, str] = {
     "bool-scrollback": steering.TRIGGERS["bool-scrollback"],
     "launch-copies": steering.TRIGGERS["launch-copies"],
     "server-terminals": steering.TRIGGERS["server-terminals"],
+    "output-keys": steering.TRIGGERS["output-keys"],
     "several-calls": "several calls in one model reply",
     "exited-pair": "a call on a pair whose process was told to exit or is known dead",
 }

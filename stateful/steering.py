@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
-__all__ = ["TRIGGERS", "avoid", "avoided", "avoided_edges", "call_triggers", "text_triggers"]
+__all__ = ["OUTPUT_FIELDS", "TRIGGERS", "avoid", "avoided", "avoided_edges", "call_triggers", "text_triggers"]
 
 TRIGGERS: dict[str, str] = {
     "semicolon-edge": "typed text whose chunk ends in `;` (marker(semicolon=True), a cut right after a `;`, "
@@ -29,10 +29,17 @@ TRIGGERS: dict[str, str] = {
     "server-terminals": "calls on the server's own terminals (rule server_made)",
     "bool-scrollback": "true or false as read's scrollback",
     "launch-copies": "several launches of one pair in one reply (launch with copies > 1)",
+    "output-keys": "an extra argument key that §1 uses only in outputs and errors (`error`, `status`, ...): "
+                   "omnigent answers a call whose arguments hold `error` with the arguments themselves",
 }
 """Every trigger a violation can name, with what the strategies stop drawing once it is avoided."""
 
 EDGE_CHARACTERS = {"semicolon-edge": ";", "dash-edge": "-"}
+
+OUTPUT_FIELDS = frozenset({"tmux_socket", "has_os_env", "status", "screen", "scrollback_lines", "command", "running",
+                           "error"})
+"""The field names §1 uses in outputs and errors and in no tool's arguments: as an extra argument key,
+one of them can make a server take the arguments for an answer (``output-keys``)."""
 
 SPLIT_SIZE = 512
 """A text at least this long may be split by the server into chunks of its own (omnigent types 1024
@@ -78,8 +85,11 @@ def call_triggers(clause: str, tool: str, arguments: str) -> tuple[str, ...]:
         return ()
     if not isinstance(args, dict):
         return ()
+    found: list[str] = []
     if clause == "read.scrollback-type" and isinstance(args.get("scrollback"), bool):
-        return ("bool-scrollback",)
+        found.append("bool-scrollback")
     if clause in ("send.sent", "send.text-literal") and tool == "sys_terminal_send" and isinstance(args.get("text"), str):
-        return text_triggers([args["text"]])
-    return ()
+        found += text_triggers([args["text"]])
+    if OUTPUT_FIELDS & set(args):
+        found.append("output-keys")
+    return tuple(found)

@@ -152,6 +152,8 @@ class Decoration(OneLine):
 def decorations(draw: st.DrawFn) -> Decoration:
     extra_names = st.one_of(st.sampled_from(_EXTRA_NAMES), st.sampled_from(CONTRACT_VOCABULARY), st.text(max_size=8))
     extra = draw(st.lists(st.tuples(extra_names, _json_values), max_size=3, unique_by=lambda kv: kv[0]))
+    if steering.avoided("output-keys"):
+        extra = [(k, v) for k, v in extra if k not in steering.OUTPUT_FIELDS]
     return Decoration(tuple(extra), draw(st.booleans()), draw(st.booleans()), draw(st.integers(0, 5)))
 
 

@@ -49,10 +49,12 @@ def test_a_plan_that_avoids_edges_never_cuts_next_to_them(cmd: str, plan: gen.Se
 def test_strategies_avoid_what_they_are_told(avoiding: None) -> None:
     @FAST
     @given(semicolon=gen.marker_semicolons(), long=gen.long_payloads(), plan=gen.send_plans(),
-           scrollback=gen.scrollbacks(), bad=gen.bad_scrollbacks(), copies=gen.launch_copies())
+           scrollback=gen.scrollbacks(), bad=gen.bad_scrollbacks(), copies=gen.launch_copies(),
+           deco=gen.decorations())
     def drawn(semicolon: bool, long: gen.LongText, plan: gen.SendPlan, scrollback: object, bad: object,
-              copies: int) -> None:
+              copies: int, deco: gen.Decoration) -> None:
         assert semicolon is False and copies == 1
+        assert not {k for k, _ in deco.extra} & steering.OUTPUT_FIELDS
         assert ";" not in long.text and "-" not in long.text
         assert plan.no_edges == "-;"
         assert not isinstance(scrollback, bool) and not isinstance(bad, bool)
@@ -65,15 +67,16 @@ def test_strategies_draw_every_input_when_nothing_is_avoided() -> None:
 
     @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
     @given(semicolon=gen.marker_semicolons(), bad=gen.bad_scrollbacks(), copies=gen.launch_copies(),
-           plan=gen.send_plans())
-    def drawn(semicolon: bool, bad: object, copies: int, plan: gen.SendPlan) -> None:
+           plan=gen.send_plans(), deco=gen.decorations())
+    def drawn(semicolon: bool, bad: object, copies: int, plan: gen.SendPlan, deco: gen.Decoration) -> None:
         assert plan.no_edges == ""
         seen.update({"semicolon"} if semicolon else set())
         seen.update({"bool"} if isinstance(bad, bool) else set())
         seen.update({"copies"} if copies > 1 else set())
+        seen.update({"output-key"} if {k for k, _ in deco.extra} & steering.OUTPUT_FIELDS else set())
 
     drawn()
-    assert seen == {"semicolon", "bool", "copies"}
+    assert seen == {"semicolon", "bool", "copies", "output-key"}
 
 
 def test_a_plan_prints_its_edges_only_when_it_avoids_some() -> None:
@@ -179,6 +182,24 @@ def test_launch_copies_name_their_trigger_only_for_the_clause_they_provoke() -> 
     with pytest.raises(ContractViolation) as other:
         judge_step(model, [launch, launch], [json.dumps(launched), json.dumps(wrong_pair)])
     assert other.value.clause == "launch.result" and other.value.triggers == ()
+
+
+def test_output_fields_are_the_contracts_words_that_no_argument_uses() -> None:
+    assert steering.OUTPUT_FIELDS == set(gen.CONTRACT_VOCABULARY) - gen.NAMED_KEYS
+
+
+def test_an_extra_key_named_like_an_output_field_is_a_trigger_beside_the_others() -> None:
+    """omnigent 0.19.1 answers a call whose arguments hold ``error`` with the arguments themselves: the
+    violation names ``output-keys`` (a campaign then stops drawing such keys), beside a text's edge."""
+    erring = json.dumps({"terminal": "bash", "session": "a", "error": {"6": 1}})
+    assert steering.call_triggers("launch.one-launched", "sys_terminal_launch", erring) == ("output-keys",)
+    plain = json.dumps({"terminal": "bash", "session": "a", "text2": 1})
+    assert steering.call_triggers("launch.one-launched", "sys_terminal_launch", plain) == ()
+    dashed = json.dumps({"terminal": "bash", "session": "a", "text": "-x", "status": 1})
+    assert steering.call_triggers("send.sent", "sys_terminal_send", dashed) == ("dash-edge", "output-keys")
+    from stateful.causes import call_causes, primary
+    assert primary(call_causes("send.sent", "sys_terminal_send", dashed)) == "dash-edge"  # the text names it first
+    assert primary(call_causes("close.not-found", "sys_terminal_close", erring)) == "output-keys"
 
 
 def test_a_search_ends_once_a_finding_it_goes_on_past_is_given_back(tmp_path: Path) -> None:

@@ -58,8 +58,10 @@ STEERED_CLAUSES: dict[str, tuple[str, ...]] = {
     "server-terminals": ("scope.server-terminals",),
     "bool-scrollback": ("read.scrollback-type",),
     "launch-copies": ("launch.already-running", "launch.one-launched", "step.concurrent"),
+    "output-keys": (),
 }
-"""Each trigger of :mod:`stateful.steering` -> the clauses whose checks its inputs reach."""
+"""Each trigger of :mod:`stateful.steering` -> the clauses whose checks its inputs reach (an output
+field as an extra key reaches no check that other extra keys do not)."""
 FEW_PROGRAMS = 20
 """Fewer programs than this in a whole campaign: a clause none of them reached is put down to the
 budget, not to the server."""
