@@ -425,6 +425,20 @@ def test_a_redis_socket_and_a_password_go_through_the_redis_client(tmp_path: Pat
     assert not (Path.cwd() / "unix:").exists() and not (tmp_path / "unix:").exists()
 
 
+def test_a_campaigns_database_never_keeps_the_empty_program(tmp_path: Path) -> None:
+    """What ended a search before its program drew anything is never replayed first by the next campaign."""
+    database = open_db(str(tmp_path / "db"))
+    database.save(b"key", b"")
+    database.save(b"key", b"program")
+    assert list(database.fetch(b"key")) == [b"program"]
+    database.move(b"key", b"other", b"program")
+    assert list(database.fetch(b"other")) == [b"program"] and list(database.fetch(b"key")) == []
+    from hypothesis.database import DirectoryBasedExampleDatabase
+
+    DirectoryBasedExampleDatabase(str(tmp_path / "db")).save(b"key", b"")  # saved by an older campaign
+    assert list(database.fetch(b"key")) == []
+
+
 RUN_CAMPAIGN = ("import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
                 "runpy.run_module('stateful', run_name='__main__', alter_sys=True)")
 """``python -m stateful`` that gets SIGINT even when this test run was started with SIGINT ignored (a

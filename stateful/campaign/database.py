@@ -21,7 +21,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
 from stateful.locations import work_root
 
-__all__ = ["DEFAULT_DB", "REDIS_SCHEMES", "check_db", "open_db", "redacted", "redis_client"]
+__all__ = ["DEFAULT_DB", "REDIS_SCHEMES", "ProgramsOnly", "check_db", "open_db", "redacted", "redis_client"]
 
 DEFAULT_DB = str(work_root() / ".hypothesis" / "examples")
 
@@ -102,10 +102,45 @@ def redis_client(spec: str) -> Any:
     return redis.Redis.from_url(spec, socket_connect_timeout=5, socket_timeout=30)
 
 
+class ProgramsOnly(ExampleDatabase):
+    """``database`` without the empty choice sequence.
+
+    Hypothesis saves the choices of a test case that raised anything, so the gate's ``BudgetSpent``
+    and ``Resteer`` (raised before a program drew anything: they end the search) were saved as empty
+    programs, the shortest entry of all. The next campaign replays its saved entries shortest first:
+    the empty one became a random program, and the saved failure came second (a proof saw the failure
+    "in program 2" where it was saved to be program 1). No program of the machine draws nothing (its
+    first rule draws), so nothing is lost."""
+
+    def __init__(self, database: ExampleDatabase) -> None:
+        super().__init__()
+        self.database = database
+
+    def save(self, key: bytes, value: bytes) -> None:
+        if value:
+            self.database.save(key, value)
+
+    def fetch(self, key: bytes) -> Any:
+        return (value for value in self.database.fetch(key) if value)
+
+    def delete(self, key: bytes, value: bytes) -> None:
+        self.database.delete(key, value)
+
+    def move(self, src: bytes, dest: bytes, value: bytes) -> None:
+        if value:
+            self.database.move(src, dest, value)
+        else:
+            self.database.delete(src, value)
+
+    def __repr__(self) -> str:
+        return f"ProgramsOnly({self.database!r})"
+
+
 def open_db(spec: str) -> ExampleDatabase:
-    """The database ``spec`` names: a Redis URL (:data:`REDIS_SCHEMES`) or a directory."""
+    """The database ``spec`` names: a Redis URL (:data:`REDIS_SCHEMES`) or a directory (either
+    without the empty program: :class:`ProgramsOnly`)."""
     if _scheme(spec) in REDIS_SCHEMES:
         from hypothesis.extra.redis import RedisExampleDatabase
 
-        return RedisExampleDatabase(redis_client(spec))  # type: ignore[arg-type]
-    return DirectoryBasedExampleDatabase(spec)
+        return ProgramsOnly(RedisExampleDatabase(redis_client(spec)))  # type: ignore[arg-type]
+    return ProgramsOnly(DirectoryBasedExampleDatabase(spec))
