@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-from stateful import clauses, profiles
+from stateful import clauses, profiles, tolerance
 from stateful.arguments import conversation_budget, seconds
 from stateful.locations import default_repro_dir
 from stateful.machine import MachineConfig
@@ -98,10 +98,13 @@ def given_budget(config: pytest.Config) -> int | None:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """The known deviations the programs went on past (``--allow``), so that a green run says so."""
+    """The known deviations the programs went on past (``--allow``), so that a green run says so, and
+    the programs that drew otherwise than an earlier one with the same start (a racing server)."""
     met = clauses.deviations()
     for key, count in sorted(met.met.items()):
         terminalreporter.write_line(f"known deviation gone past {count} times: {str(met.examples[key]).splitlines()[0]}")
+    for note in tolerance.NOTED:
+        terminalreporter.write_line(f"stateful: {note}")
 
 
 @pytest.fixture(scope="session")

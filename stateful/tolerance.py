@@ -15,7 +15,9 @@ may generate that program's continuation again, and a shrink candidate that the 
 not run. A failure is still replayed before it is reported (a ``Flaky`` that does not fail again is
 settled as before, :func:`stateful.pipeline.settle`).
 
-``pytest stateful/`` does not use this: there a program that goes otherwise is news the user reads.
+``pytest stateful/`` goes on the same way and says so in its summary (``stateful: test_sessions: N
+program(s) went otherwise ...``): Hypothesis's own error blamed the strategies ("Is your data
+generation depending on external state?"), where the server's answers are the external state.
 """
 
 from __future__ import annotations
@@ -28,7 +30,11 @@ from typing import Any
 from hypothesis.errors import FlakyReplay, FlakyStrategyDefinition
 from hypothesis.internal.conjecture import datatree as _datatree
 
-__all__ = ["Differed", "described", "tolerate_other_answers"]
+__all__ = ["NOTED", "Differed", "described", "tolerate_other_answers"]
+
+NOTED: list[str] = []
+"""What the ``pytest stateful/`` runs of this process noted of such programs (its terminal summary
+shows them: a green run against a racing server says so)."""
 
 
 @dataclass
