@@ -628,3 +628,38 @@ def test_the_report_and_the_summary_say_what_the_searches_noted() -> None:
     with contextlib.redirect_stdout(shown):
         _summary(report, [], False)
     assert f"note  worker 1: {noted}" in shown.getvalue()
+
+
+def test_a_finding_never_shrunk_shows_its_program_as_found() -> None:
+    """Met seconds before the budget ended, a finding is reported unshrunk: its program as found is in
+    the report, so that it can be replayed by hand (a 20-minute campaign against omnigent met
+    ``events.recorded`` 24 s before its end and reported only its first line)."""
+    from stateful.campaign.report import NOT_SHRUNK, build_report, markdown
+
+    claim = {"worker": 0, "clause": "events.recorded", "cause": None, "first_seen_s": 1175.9, "program": 43,
+             "message": "events.recorded: resource events missing", "steps_found": 2,
+             "as_found": ["pairs_0 = state.start(terminal='sh', name='a:b')", "state.exit_shell(how='exit')"]}
+    report = build_report(1200, 1211, 1, [{"worker": 0, "programs": 43}], {"events.recorded": claim}, [], [])
+    shown = markdown(report)
+    assert NOT_SHRUNK in shown
+    assert ("events.recorded: resource events missing\nprogram as found (not shrunk):\n"
+            "    pairs_0 = state.start(terminal='sh', name='a:b')\n    state.exit_shell(how='exit')") in shown
+    older = {k: v for k, v in claim.items() if k != "as_found"}  # a claim of an older campaign: its first line
+    assert "program as found" not in markdown(build_report(1200, 1211, 1, [{"programs": 43}], {"events.recorded": older}, [], []))
+
+
+def test_a_claim_keeps_the_program_that_found_it_with_long_steps_cut() -> None:
+    from types import SimpleNamespace
+
+    from stateful.campaign.gate import MAX_STEPS_KEPT, STEP_CHARS, Gate
+    from stateful.clauses import ContractViolation
+
+    gate = Gate(seen_dir=Path("/nonexistent"), allowed=frozenset(), worker=0, started=0.0, deadline=0.0)
+    long_step = "state.send(text=" + "x" * (2 * STEP_CHARS) + ")"
+    gate.machine = SimpleNamespace(steps=["pairs_0 = state.start(terminal='sh', name='a')", long_step], rules_run=2)
+    info = gate._claim_info(ContractViolation("events.recorded", "events.recorded: missing"))
+    assert info["as_found"][0] == "pairs_0 = state.start(terminal='sh', name='a')"
+    assert info["as_found"][1] == long_step[:STEP_CHARS] + "...<cut>"
+    gate.machine = SimpleNamespace(steps=[f"state.list_all({n})" for n in range(MAX_STEPS_KEPT + 5)], rules_run=0)
+    kept = gate._claim_info(ContractViolation("events.recorded", "events.recorded: missing"))["as_found"]
+    assert len(kept) == MAX_STEPS_KEPT and kept[-1] == f"state.list_all({MAX_STEPS_KEPT + 4})"

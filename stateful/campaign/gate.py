@@ -54,6 +54,11 @@ from stateful.targets.base import TargetError
 __all__ = ["BudgetSpent", "Gate", "Resteer", "failure_key", "first_line"]
 
 
+STEP_CHARS = 2000
+MAX_STEPS_KEPT = 80
+"""What a claim keeps of the program that found it (the last steps, each cut to ``STEP_CHARS``)."""
+
+
 class BudgetSpent(BaseException):
     """The campaign's deadline passed before a program started: ends the search (a BaseException,
     so that Hypothesis does not take it for a failure of the program and shrink it)."""
@@ -258,7 +263,14 @@ class Gate:
         clause, cause = split_key(failure_key(error))
         return {"worker": self.worker, "clause": clause, "cause": cause,
                 "first_seen_s": round(time.time() - self.started, 1),
-                "message": first_line(error), "steps_found": self._steps(), "program": self.programs + 1}
+                "message": first_line(error), "steps_found": self._steps(), "program": self.programs + 1,
+                "as_found": self._program_as_found()}
+
+    def _program_as_found(self) -> list[str]:
+        """The program's steps as Hypothesis prints them (each cut to ``STEP_CHARS``): what the report
+        shows of a finding that was never shrunk (the budget ended first), to replay it by hand."""
+        steps = list(getattr(self.machine, "steps", ()) or ())
+        return [step if len(step) <= STEP_CHARS else step[:STEP_CHARS] + "...<cut>" for step in steps[-MAX_STEPS_KEPT:]]
 
     def _steps(self) -> int:
         """Rules the program ran (a rule that raised counts: it ran)."""

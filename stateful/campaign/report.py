@@ -111,6 +111,9 @@ def build_report(budget: float, elapsed: float, workers: int, states: Sequence[M
                                         "steps_found": claim.get("steps_found"), "steps_shrunk": None,
                                         "shrink_s": None, "repro": None, "worker": claim.get("worker"),
                                         "program": claim.get("program"), **_found_by(claim)}
+        if key not in recorded and claim.get("as_found"):
+            failure["report"] = "\n".join([claim.get("message", ""), "program as found (not shrunk):",
+                                            *(f"    {step}" for step in claim["as_found"])])
         failures.append(failure)
     failures.sort(key=lambda f: (f.get("first_seen_s") is None, f.get("first_seen_s") or 0.0))
     listed = {d.clause for d in deviations} | set(allowed)
