@@ -24,6 +24,8 @@ from typing import Any
 from hypothesis.internal import observability
 from hypothesis.strategies._internal.utils import to_jsonable
 
+NO_STEP = "run_state_machine(\n    data=data(...),\n)"
+"""How Hypothesis shows a stateful test case that made no machine (its first step prints ``state = ...``)."""
 TESTCASES = "testcases"
 INFO = "info"
 
@@ -45,6 +47,8 @@ class ObservationWriter:
         self.files = observation_files(directory, label)
 
     def __call__(self, observation: Any) -> None:
+        if observation.type == "test_case" and observation.status == "passed" and NO_STEP in observation.representation:
+            return  # a campaign's gate ended the search before this program began (EndSearch): no program
         kind = TESTCASES if observation.type == "test_case" else INFO
         line = json.dumps(to_jsonable(observation, avoid_realization=False)) + "\n"
         with self.files[kind].open("a", encoding="utf-8") as out:

@@ -65,3 +65,25 @@ def test_a_failure_is_still_found_and_the_tolerance_ends_with_its_block() -> Non
         run_state_machine_as_test(Failing, settings=settings(RUN_SETTINGS, phases=[Phase.generate, Phase.shrink]))
     with pytest.raises(FlakyStrategyDefinition):  # the engine is as it was
         run_state_machine_as_test(answering_otherwise(), settings=RUN_SETTINGS)
+
+
+def test_a_test_case_that_drew_nothing_is_a_searchs_end_not_a_program_that_went_otherwise() -> None:
+    """A campaign ends a search from within its next program before it draws (EndSearch); Hypothesis
+    concludes that test case when it observes test cases. Without this, every search of a campaign
+    run with --observe noted one program that "stopped drawing earlier"."""
+    from hypothesis.internal.conjecture.data import Status
+    from hypothesis.internal.conjecture.datatree import DataTree
+
+    with tolerate_other_answers() as differed:
+        tree = DataTree()
+        first = tree.new_observer()
+        first.draw_integer(3, was_forced=False, constraints={"min_value": 0, "max_value": 9, "weights": None,
+                                                             "shrink_towards": 0})
+        first.conclude_test(Status.VALID, None)
+        tree.new_observer().conclude_test(Status.VALID, None)  # drew nothing
+        assert differed.programs == 0
+        shorter = tree.new_observer()
+        shorter.draw_integer(3, was_forced=False, constraints={"min_value": 0, "max_value": 9, "weights": None,
+                                                               "shrink_towards": 0})
+        shorter.draw_boolean(True, was_forced=False, constraints={"p": 0.5})  # the first run drew no more
+        assert differed.programs == 1

@@ -33,6 +33,8 @@ each ``event()`` label (``clause: <id>`` among them) occurred, and it ends a sea
 
 from __future__ import annotations
 
+import bdb
+
 import functools
 import time
 from collections import Counter
@@ -59,12 +61,23 @@ MAX_STEPS_KEPT = 80
 """What a claim keeps of the program that found it (the last steps, each cut to ``STEP_CHARS``)."""
 
 
-class BudgetSpent(BaseException):
-    """The campaign's deadline passed before a program started: ends the search (a BaseException,
-    so that Hypothesis does not take it for a failure of the program and shrink it)."""
+class EndSearch(bdb.BdbQuit):
+    """Ends a search from within its next program, before the program draws anything.
+
+    Hypothesis re-raises a debugger's quit (``bdb.BdbQuit``) at once: it neither concludes, saves nor
+    observes the test case it interrupted. Raised as a plain BaseException, an ending was concluded as
+    a program that drew nothing; Hypothesis's record of the search took that for a program that
+    "stopped drawing earlier than the first run" and raised ``FlakyStrategyDefinition`` over it (every
+    search that ended this way was reported "ended early"), saved it in the example database as the
+    empty program (the next campaign replayed it first), and, once that error was tolerated
+    (:mod:`stateful.tolerance`), observed it as a passed test case."""
 
 
-class Resteer(BaseException):
+class BudgetSpent(EndSearch):
+    """The campaign's deadline passed before a program started: ends the search."""
+
+
+class Resteer(EndSearch):
     """A failure became known since this search started and named its trigger: ends the search, so
     that the next one, with a new seed, stops drawing that input (what a search draws is fixed when
     it starts)."""
