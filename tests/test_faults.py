@@ -284,38 +284,37 @@ SWAPPED_OUTPUT_CLAUSES = ("step.concurrent", "close.closed", "close.not-found", 
 """What a concurrent call's output that went to another call of the same reply breaks: the clause of
 the call it landed on (a list's array on a close, a close's names on another close, ...)."""
 
-PLANTS = [  # longest hunts first (they start first: the pool ends together, not on one long hunt started last);
-    # by ci27-ci28's durations: delete-keeps-terminals 229-235 s, prefix-match 225-249 s, outputs-completion-order
-    # 200-257 s, view-keeps-closed and long-text-cut 126 s (docs/soak.md)
-    # every failing replay waits out the poll deadline for processes that never go (and leaks them): 8 shrinks
-    # took 239 s where 25 ran into the 300-s safety net (404 s in all; docs/faults.md)
-    Plant("delete-keeps-terminals", "direct", ("session.delete",), shrinks=8),
+PLANTS = [  # longest hunts first (they start first: the pool ends together, not on one long hunt started last),
+    # by the walls of ci29's hunts (the run's summary lists them: `fault hunts, wall seconds, longest first`)
     Plant("prefix-match", "direct", ("scope.names-exact",)),
     Plant("outputs-completion-order", "sessions", SWAPPED_OUTPUT_CLAUSES, shrinks=15, says="no sequential order of the",
           tries=3),
     Plant("view-keeps-closed", "sessions", ("view.terminals",)),
-    Plant("long-text-cut", "direct", ("send.text-literal",)),
-    Plant("double-launch", "direct", ("launch.already-running",)),
-    Plant("keys-default-none", "direct", ("send.keys",)),
-    Plant("exit-not-reaped", "direct", ("list.exit-removed",), shrinks=15),
-    Plant("scrollback-capped", "direct", ("read.rows-exact", "read.history")),
-    Plant("read-history-short", "direct", ("read.rows-exact",)),
-    Plant("scrollback-ignored", "direct", ("read.rows-exact", "read.history")),
     Plant("trailing-semicolon", "direct", ("send.text-literal",)),
-    Plant("extra-key-rejected", "direct", ("args.extra-keys",)),
-    Plant("resource-id-collision", "direct", ("events.unique-ids",)),
-    Plant("cross-session", "direct", ("scope.session",)),
-    Plant("scrollback-bool", "direct", ("read.scrollback-type",)),
-    Plant("close-leaks-server", "direct", ("close.nothing-left",)),
-    Plant("close-event-lost", "direct", ("events.recorded",)),
+    Plant("long-text-cut", "direct", ("send.text-literal",)),
     Plant("closed-still-listed", "direct", ("list.registered",)),
-    Plant("items-page-gap", "sessions", ("items.pagination",)),
-    Plant("list-sorted", "direct", ("list.order", "list.baseline")),
-    Plant("sibling-deletes-swapped", "direct", ("events.recorded",), shrinks=10, variants=("unnamed-resources",)),
+    Plant("close-event-lost", "direct", ("events.recorded",)),
+    Plant("close-leaks-server", "direct", ("close.nothing-left",)),
+    Plant("keys-default-none", "direct", ("send.keys",)),
+    # every failing replay waits out the poll deadline for processes that never go (and leaks them): 8 shrinks
+    # took 239 s where 25 ran into the 300-s safety net (404 s in all; docs/faults.md)
+    Plant("delete-keeps-terminals", "direct", ("session.delete",), shrinks=8),
+    Plant("exit-not-reaped", "direct", ("list.exit-removed",), shrinks=15),
+    Plant("read-history-short", "direct", ("read.rows-exact",)),
+    Plant("double-launch", "direct", ("launch.already-running",)),
+    Plant("scrollback-bool", "direct", ("read.scrollback-type",)),
     # or read.output-shows: the prompt after a command's output lands on the dropped row, so it never shows (ci25:
     # (start, flood), after exit_several moved the derandomised draws; campaigns C2-C5 report both, docs/faults.md)
     Plant("read-last-row-dropped", "direct", ("read.result", "read.rows-exact", "read.output-shows")),
+    Plant("sibling-deletes-swapped", "direct", ("events.recorded",), shrinks=10, variants=("unnamed-resources",)),
+    Plant("cross-session", "direct", ("scope.session",)),
+    Plant("resource-id-collision", "direct", ("events.unique-ids",)),
     Plant("shared-pane", "direct", ("launch.private-server", "screen.isolation")),
+    Plant("scrollback-capped", "direct", ("read.rows-exact", "read.history")),
+    Plant("items-page-gap", "sessions", ("items.pagination",)),
+    Plant("scrollback-ignored", "direct", ("read.rows-exact", "read.history")),
+    Plant("extra-key-rejected", "direct", ("args.extra-keys",)),
+    Plant("list-sorted", "direct", ("list.order", "list.baseline")),
 ]
 GAPS: dict[str, tuple[str, str, str]] = {
     "exit-by-shared-id": ("direct", "list.exit-removed",
