@@ -96,8 +96,8 @@ class _TolerantObserver(_datatree.TreeRecordingObserver):
 
     def conclude_test(self, *args: Any, **kwargs: Any) -> None:
         if self._detached or (self._current_node is self._root and self._index_in_current_node == 0):
-            # nothing drawn: not a program but a search's end (stateful.campaign.gate.EndSearch, which
-            # Hypothesis concludes all the same when it observes test cases): nothing to record
+            # nothing drawn: not a program but a search's end (stateful.campaign.gate.EndSearch, raised
+            # before the program drew): nothing to record, nothing that went otherwise
             return
         try:
             super().conclude_test(*args, **kwargs)
