@@ -60,15 +60,14 @@ def events_problem(events: list[Any], launched: list[Any], ended: list[Any], bas
     no exit is pending: then every event is fixed, whatever order the server recorded them in."""
     created_type, deleted_type = "session.resource.created", "session.resource.deleted"
 
-    fits = resource_id_fits
     def names(event: Any) -> Any:
         resource = event.get("resource") if isinstance(event.get("resource"), dict) else {}
         pair = (resource.get("terminal"), resource.get("session"))
         return pair if all(isinstance(n, str) for n in pair) else None
 
     base = [tuple(p) for p in base]
-    ours = [e for e in events if names(e) not in base and not (names(e) is None and any(fits(e.get("resource_id"), p)
-                                                                                     for p in base))]
+    ours = [e for e in events if names(e) not in base
+            and not (names(e) is None and any(resource_id_fits(e.get("resource_id"), p) for p in base))]
     unknown = [e.get("event_type") for e in ours if e.get("event_type") not in (created_type, deleted_type)]
     if unknown:
         return f"events.recorded: a resource event of unknown type {unknown[0]!r}"
@@ -83,7 +82,7 @@ def events_problem(events: list[Any], launched: list[Any], ended: list[Any], bas
             if Counter(map(names, got)) != Counter(map(tuple, want)):
                 return f"events.recorded: the {kind} events name {sorted(map(names, got))}, expected {sorted(map(tuple, want))}"
     for e in created:
-        if not any(fits(e.get("resource_id"), p) for p in ([names(e)] if names(e) else launched)):
+        if not any(resource_id_fits(e.get("resource_id"), p) for p in ([names(e)] if names(e) else launched)):
             return f"events.ids: resource id {e.get('resource_id')!r} is not terminal_<safe(name)>_<safe(key)>[_n]: {shown}"
     live = Counter(e.get("resource_id") for e in created)
     live.subtract(e.get("resource_id") for e in deleted)
@@ -101,15 +100,14 @@ def view_problem(entries: list[Any], running: list[Any], base: list[Any]) -> str
     pair once and nothing else but the server's own (``base``, which it may show or not). An entry names
     its pair by ``terminal``/``session``, else by its resource id (§2.8 leaves the entry's shape open),
     which names any running pair whose id it fits and that no entry named yet."""
-    fits = resource_id_fits
     running, base = [tuple(p) for p in running], [tuple(p) for p in base]
     shown: list[Any] = []
     for entry in entries:
         pair = (entry.get("terminal"), entry.get("session"))
         if not all(isinstance(n, str) for n in pair):
             rid = entry.get("id", entry.get("resource_id"))
-            pair = next((p for p in running if fits(rid, p) and p not in shown), None) or next(
-                (p for p in [*running, *base] if fits(rid, p)), ("?", str(rid)))
+            pair = next((p for p in running if resource_id_fits(rid, p) and p not in shown), None) or next(
+                (p for p in [*running, *base] if resource_id_fits(rid, p)), ("?", str(rid)))
         if pair in base and pair not in running:
             continue
         if pair not in running or pair in shown:

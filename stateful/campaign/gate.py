@@ -33,7 +33,6 @@ each ``event()`` label (``clause: <id>`` among them) occurred, and it ends a sea
 
 from __future__ import annotations
 
-
 import functools
 import time
 from collections import Counter
