@@ -244,6 +244,10 @@ def test_exiting_pair_tolerance() -> None:
     assert again.model.pairs[0].life is Life.ALIVE and 0 in again.model.ended
     violates(dead, c("launch", terminal="bash", session="a"), launched("bash", "a", "/s/a", "already_running"))
     judge(exiting, c("launch", terminal="bash", session="a"), launched("bash", "a", "/s/a", "already_running"))
+    # omnigent 0.19.1 (finding 9): relaunched before it noticed the exit, already_running with a new socket
+    violates(exiting, c("launch", terminal="bash", session="a"), launched("bash", "a", "/s/new", "already_running"))
+    assert judge(exiting, c("launch", terminal="bash", session="a"), launched("bash", "a", "/s/new")).model.pairs[0].life \
+        is Life.ALIVE
 
 
 def test_read_of_an_exited_pair_may_say_it_is_no_longer_running() -> None:

@@ -35,8 +35,14 @@ def direct_machine() -> Iterator[type[TerminalMachine]]:
     [f"state.c_locale(index=0, payload='é\\u200b\\u202e', plan={PLAN})"],
     [f"pairs_1 = state.launch_typing(agent=0, terminal='bash', name='ahead', deco={DECO})"],
     ["state.exit_shell(index=0, window=[], relaunch='after-removal', how='set-e')"],
+    # launched again at once, the moment its processes are gone (before a server may have noticed the exit)
+    ["state.exit_shell(index=0, window=['launch'], relaunch='no', how='exit')", "state.read(pair=pairs_0, scrollback=0, deco=" + DECO + ")"],
+    ["state.exit_shell(index=0, window=['launch', 'launch', 'read'], relaunch='quick', how='exit')"],
+    ["state.exit_shell(index=0, window=['close', 'launch'], relaunch='after-removal', how='exec')"],
+    ["state.exit_shell(index=0, window=['launch', 'close'], relaunch='after-removal', how='exit')"],
 ], ids=["flood", "pager-and-editor", "single-quote", "double-quote", "heredoc", "backslash", "c-locale",
-        "type-ahead", "set-e"])
+        "type-ahead", "set-e", "relaunch-in-window", "relaunch-twice-in-window", "close-then-launch-in-window",
+        "launch-then-close-in-window"])
 def test_each_new_input_passes_on_the_correct_stack(direct_machine: type[TerminalMachine], steps: list[str]) -> None:
     failure = replay_program(direct_machine, [START, *steps])
     assert failure is None, f"{type(failure).__name__}: {failure}"
