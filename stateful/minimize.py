@@ -356,7 +356,10 @@ def reproduced(machine: type, failure: BaseException, tries: int = REPRODUCE_TRI
                                       f"{type(replayed).__name__} {clause_of(replayed) or ''}".strip()))
         if replayed is None:
             continue
-        if _is_flaky(replayed) and _clauses(replayed):  # the resumed shrinking met the race again:
+        # what a replay raises inside the caller's ``except`` chains ``failure`` as its context: only
+        # the replay's own parts tell whether it met the race again
+        replayed_own = _parts(replayed, beyond=_parts(failure))
+        if any(isinstance(error, Flaky) for error in replayed_own) and _clauses(replayed):  # the race again:
             wanted |= _clauses(replayed)
             if _program(replayed):  # go on from where it got to
                 program, replays, clauses = _program(replayed), 0, clauses | _clauses(replayed)
@@ -389,13 +392,14 @@ def unreproduced_report(failure: BaseException) -> str | None:
     return run_record.unreproduced_report((recorded or violations)[0], tries, outcomes)
 
 
-def _parts(failure: BaseException) -> list[BaseException]:
-    """``failure`` and every exception within it: a group's, causes and contexts (each once)."""
+def _parts(failure: BaseException, beyond: Sequence[BaseException] = ()) -> list[BaseException]:
+    """``failure`` and every exception within it: a group's, causes and contexts (each once), never
+    going into those of ``beyond`` (another failure's parts, chained to this one as its context)."""
     seen: list[BaseException] = []
     todo = [failure]
     while todo:
         error = todo.pop(0)
-        if any(error is s for s in seen):
+        if any(error is s for s in seen) or any(error is b for b in beyond):
             continue
         seen.append(error)
         todo += list(getattr(error, "exceptions", ()))

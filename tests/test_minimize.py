@@ -176,6 +176,30 @@ def test_reproduced_replays_a_race_that_hypothesis_final_replay_missed(
     assert reproduced(faulty_direct_machine, first) is first  # not flaky: untouched
 
 
+def test_reproduced_inside_the_handler_of_the_flaky_takes_the_replay_that_failed(
+        faulty_direct_machine: type[TerminalMachine]) -> None:
+    """The callers (``pytest stateful/``, a campaign's worker) settle a ``Flaky`` inside the ``except``
+    that caught it, so Python chains it as the ``__context__`` of whatever a replay raises: that chain
+    is not the replay's own race. Before, every replay that failed again looked flaky itself and the
+    program was replayed until the tries ran out (omnigent: "not reproduced in 20 replays", 7 of which
+    had failed for the clause)."""
+    from hypothesis.errors import FlakyFailure
+
+    program = [line.replace("SomeMachine", "MinimizeMachine") for line in PROGRAM]
+    first = replay_program(faulty_direct_machine, program)
+    assert first is not None
+    flaky = FlakyFailure("Failed on the first call but did not on a subsequent one", [first])
+    for line in program:
+        flaky.add_note(line)
+    try:
+        raise flaky
+    except FlakyFailure as caught:
+        again = reproduced(faulty_direct_machine, caught, tries=2)
+    assert clause_of(again) == "read.scrollback-type" and again is not first
+    assert not hasattr(again, "stateful_reproduce_tries")
+    assert any("replay 1 after it failed again" in str(note) for note in again.__notes__)
+
+
 def test_a_replay_fills_the_bundles_so_concurrent_runs_as_it_did(faulty_direct_machine: type[TerminalMachine]) -> None:
     """``concurrent`` needs a non-empty ``pairs`` bundle; a replay binds ``pairs_0`` by exec, so it
     must also put the value in the bundle, or every program with a concurrent step would be refused
