@@ -199,8 +199,14 @@ def expectation(model: SessionModel, call: Call, clause: str) -> list[Check]:
             return [Check(_launched_expr("out", t, s), clause, then=f"sock[{key}] = out['tmux_socket']")]
         return [Check(f"out == dict(terminal={t!r}, session={s!r}, tmux_socket=sock[{key}], has_os_env=True, "
                       "status='already_running')", clause)]
+    if len(launches) == 2 and known is not None:
+        # an exit pending: a new process (launched) or the old one's socket (already_running), never
+        # already_running with another socket (omnigent 0.19.1's finding 9)
+        return [Check(f"out == dict(terminal={t!r}, session={s!r}, tmux_socket=sock[{key}], has_os_env=True, "
+                      f"status='already_running') or ({_launched_expr('out', t, s)})", clause,
+                      then=f"sock[{key}] = out['tmux_socket']")]
     if launches:
-        return []  # launched or already_running (an exit pending): the contract leaves it open
+        return []
     if len(plain) == 1:
         return [Check(f"out == {plain[0]!r}", clause)]
     if plain and call.tool != READ:

@@ -169,6 +169,24 @@ def test_a_list_polled_until_an_exited_pair_went_is_polled_so_by_the_repro_too()
     assert "    for _ in polled(POLL_DEADLINE):" in text  # two turns at least, the last begun after the deadline
 
 
+def test_a_launch_while_an_exit_is_pending_is_asserted_either_way_a_correct_server_answers() -> None:
+    """A launch right after the shell's ``exit`` (the exit window's ``launch``): a correct server says
+    ``launched`` (it saw the exit) or ``already_running`` with the old socket (not yet); omnigent 0.19.1
+    says ``already_running`` with a new socket (docs/omnigent.md, finding 9), which the repro fails on.
+    Before, the writer stated nothing for such a launch and the campaign's finding had no plain repro."""
+    send = "sys_terminal_send"
+    window = (2, "state.exit_shell(index=0, relaunch='no', window=['launch'])")
+    ops = [*opening(),
+           turn(window, [[Call(send, json.dumps({"terminal": "bash", "session": "main", "text": "exit"}))]],
+                [[json.dumps({"status": "sent"})]]),
+           turn(window, [[Call(LAUNCH, MAIN)]], [[launch("main", "/s/new", "already_running")]])]
+    text = written(ops, "launch.already-running", [START[1], window[1]])
+    recorded = outputs(ops)
+    assert failure(text, recorded).startswith("launch.already-running: step 2, launch(")
+    for answer in (launch("main", "/s/main", "already_running"), launch("main", "/s/new", "launched")):
+        run_repro(text, [*recorded[:-1], [[answer]]])
+
+
 def test_a_rows_repro_holds_the_big_read_not_the_read_that_told_its_cause() -> None:
     """Issue 23: the rows check of a read with a scrollback over 1000 reads once more with 1000 to tell
     the failure's cause, in the same program step. That read is no step of the program: the repro's
