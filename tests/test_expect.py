@@ -187,6 +187,25 @@ def test_a_launch_while_an_exit_is_pending_is_asserted_either_way_a_correct_serv
         run_repro(text, [*recorded[:-1], [[answer]]])
 
 
+def test_a_read_of_a_pair_not_launched_here_is_asserted_to_be_one_of_its_errors() -> None:
+    """A read of a pair this session never launched can show no screen: a correct server answers one
+    of the errors the model accepts (here two: a ``scrollback`` of null is malformed, the pair is not
+    found). omnigent echoes arguments that hold an ``error`` key (the error-key bug,
+    ``read.not-found@output-keys``), which had no plain repro: for a read with more than one acceptable
+    answer the writer stated nothing, as if a screen could be one."""
+    other = (2, "state.read(pair=pairs_1, scrollback=None, deco=...)")
+    args = {"terminal": "bash", "session": "other", "error": [1], "scrollback": None}
+    ops = [*opening(), turn(other, [[Call(READ, json.dumps(args))]], [[json.dumps(args)]])]
+    text = written(ops, "read.not-found", [START[1], other[1]])
+    recorded = outputs(ops)
+    assert failure(text, recorded).startswith("read.not-found: step 2, read(")
+    for correct in ({"error": "terminal 'bash:other' not found or not running"},
+                    {"error": "'scrollback' must be a non-negative integer"}):
+        run_repro(text, [*recorded[:-1], [[json.dumps(correct)]]])
+    screen = json.dumps({"terminal": "bash:other", "screen": "$ "})
+    assert failure(text, [*recorded[:-1], [[screen]]]).startswith("read.not-found: step 2, read(")
+
+
 def test_a_rows_repro_holds_the_big_read_not_the_read_that_told_its_cause() -> None:
     """Issue 23: the rows check of a read with a scrollback over 1000 reads once more with 1000 to tell
     the failure's cause, in the same program step. That read is no step of the program: the repro's
