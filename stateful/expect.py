@@ -197,16 +197,14 @@ def expectation(model: SessionModel, call: Call, clause: str) -> list[Check]:
         status = launches[0]["status"]
         if status == "launched":
             return [Check(_launched_expr("out", t, s), clause, then=f"sock[{key}] = out['tmux_socket']")]
-        return [Check(f"out == dict(terminal={t!r}, session={s!r}, tmux_socket=sock[{key}], has_os_env=True, "
-                      "status='already_running')", clause)]
-    if len(launches) == 2 and known is not None:
+        return [Check(_running_expr("out", t, s), clause)]
+    if len(launches) == 2 and not plain and known is not None:
         # an exit pending: a new process (launched) or the old one's socket (already_running), never
         # already_running with another socket (omnigent 0.19.1's finding 9)
-        return [Check(f"out == dict(terminal={t!r}, session={s!r}, tmux_socket=sock[{key}], has_os_env=True, "
-                      f"status='already_running') or ({_launched_expr('out', t, s)})", clause,
+        return [Check(f"{_running_expr('out', t, s)} or ({_launched_expr('out', t, s)})", clause,
                       then=f"sock[{key}] = out['tmux_socket']")]
     if launches:
-        return []
+        return []  # a launch output or an error: this writer states no such choice
     if len(plain) == 1:
         return [Check(f"out == {plain[0]!r}", clause)]
     if plain and (call.tool != READ or (pair is not None and model.pair(t, s) is None)):
@@ -231,6 +229,12 @@ def _list_expectation(model: SessionModel, clause: str) -> list[Check]:
                   "[(e.get('terminal'), e.get('session')) for e in out[:len(base)]] == base and "
                   f"[(e.get('terminal'), e.get('session'), e.get('running'), e.get('tmux_socket')) for e in out[len(base):]] "
                   f"== [{rows}]", clause)]
+
+
+def _running_expr(o: str, terminal: str, session: str) -> str:
+    """``o`` (a name) is a launch output that says ``already_running`` with the socket remembered."""
+    return (f"{o} == dict(terminal={terminal!r}, session={session!r}, tmux_socket=sock[{(terminal, session)!r}], "
+            "has_os_env=True, status='already_running')")
 
 
 def _launched_expr(o: str, terminal: str, session: str) -> str:

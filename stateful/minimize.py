@@ -337,6 +337,9 @@ def reproduced(machine: type, failure: BaseException, tries: int = REPRODUCE_TRI
     corpus = ([choices] if choices is not None else []) + [run.choices for run in runs]
     outcomes: list[str] = []
     replays = resumes = 0
+    # what a replay raises inside the caller's ``except`` has ``failure`` chained as its context: only
+    # the replay's own parts tell whether it met the race again
+    chained = _parts(failure)
     while len(outcomes) < 2 * tries:
         left = None if deadline is None else deadline - time.time()
         late = left is not None and left <= 0
@@ -356,10 +359,7 @@ def reproduced(machine: type, failure: BaseException, tries: int = REPRODUCE_TRI
                                       f"{type(replayed).__name__} {clause_of(replayed) or ''}".strip()))
         if replayed is None:
             continue
-        # what a replay raises inside the caller's ``except`` chains ``failure`` as its context: only
-        # the replay's own parts tell whether it met the race again
-        replayed_own = _parts(replayed, beyond=_parts(failure))
-        if any(isinstance(error, Flaky) for error in replayed_own) and _clauses(replayed):  # the race again:
+        if _is_flaky(replayed, beyond=chained) and _clauses(replayed):  # the resumed shrinking met the race again:
             wanted |= _clauses(replayed)
             if _program(replayed):  # go on from where it got to
                 program, replays, clauses = _program(replayed), 0, clauses | _clauses(replayed)
@@ -412,8 +412,8 @@ def violations_in(failure: BaseException) -> list[BaseException]:
     return [error for error in _parts(failure) if clause_of(error) is not None]
 
 
-def _is_flaky(failure: BaseException) -> bool:
-    return any(isinstance(error, Flaky) for error in _parts(failure))
+def _is_flaky(failure: BaseException, beyond: Sequence[BaseException] = ()) -> bool:
+    return any(isinstance(error, Flaky) for error in _parts(failure, beyond))
 
 
 def _clauses(failure: BaseException) -> set[str]:

@@ -155,6 +155,20 @@ def test_a_replay_never_runs_a_step_whose_precondition_fails(faulty_direct_machi
     assert "delete_agent" in str(refused)
 
 
+def final_replay_passed(machine: type[TerminalMachine]) -> tuple[BaseException, BaseException]:
+    """A real failure of ``PROGRAM`` and the ``FlakyFailure`` Hypothesis raises when its final replay of
+    that program passed: the failure among its exceptions, the program in its notes."""
+    from hypothesis.errors import FlakyFailure
+
+    program = [line.replace("SomeMachine", "MinimizeMachine") for line in PROGRAM]
+    first = replay_program(machine, program)
+    assert first is not None
+    flaky = FlakyFailure("Failed on the first call but did not on a subsequent one", [first])
+    for line in program:
+        flaky.add_note(line)
+    return first, flaky
+
+
 def test_reproduced_replays_a_race_that_hypothesis_final_replay_missed(
         faulty_direct_machine: type[TerminalMachine]) -> None:
     """A FlakyFailure (Hypothesis's final replay of the shrunk program passed) holds the program in
@@ -162,12 +176,7 @@ def test_reproduced_replays_a_race_that_hypothesis_final_replay_missed(
     that clause again, and that failure comes back (a race shows when the timing lets it)."""
     from hypothesis.errors import FlakyFailure
 
-    program = [line.replace("SomeMachine", "MinimizeMachine") for line in PROGRAM]
-    first = replay_program(faulty_direct_machine, program)
-    assert first is not None
-    flaky = FlakyFailure("Failed on the first call but did not on a subsequent one", [first])
-    for line in program:
-        flaky.add_note(line)
+    first, flaky = final_replay_passed(faulty_direct_machine)
     again = reproduced(faulty_direct_machine, flaky, tries=2)
     assert clause_of(again) == "read.scrollback-type" and again is not first
     assert any("final replay of this program passed" in str(note) for note in again.__notes__)
@@ -185,12 +194,7 @@ def test_reproduced_inside_the_handler_of_the_flaky_takes_the_replay_that_failed
     had failed for the clause)."""
     from hypothesis.errors import FlakyFailure
 
-    program = [line.replace("SomeMachine", "MinimizeMachine") for line in PROGRAM]
-    first = replay_program(faulty_direct_machine, program)
-    assert first is not None
-    flaky = FlakyFailure("Failed on the first call but did not on a subsequent one", [first])
-    for line in program:
-        flaky.add_note(line)
+    first, flaky = final_replay_passed(faulty_direct_machine)
     try:
         raise flaky
     except FlakyFailure as caught:
