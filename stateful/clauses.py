@@ -160,8 +160,12 @@ GOES_ON: dict[str, str] = {
                         "still ends it)",
     "events.unique-ids": "a created event whose resource id is already a live terminal's is noted and taken as the "
                          "new terminal's; a later deleted event with that id may then be either's",
-    "list.registered": "a row of a pair this session never launched (another session's, one closed) is noted and "
-                       "left out; the rest of the list is checked as usual (a live pair missing still ends it)",
+    "list.registered": "a row of a pair this session closed (on a tmux server one of its launches reported) is noted "
+                       "and left out; the rest of the list is checked as usual (a live pair missing still ends it)",
+    "scope.session": "a list row of another session's terminal (a declared terminal on a tmux server no launch of "
+                     "this session reported), in the first list or any later one, is noted and left out of the model: "
+                     "never typed into or closed; the rest of the list is checked as usual (a call that reaches "
+                     "another session's terminal still ends the program)",
 }
 """The clauses a program can go on past once their violation is known, and how (docs/campaigns.md)."""
 for _id, _how in GOES_ON.items():

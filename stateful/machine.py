@@ -30,8 +30,8 @@ from stateful import checks, clauses, conversation, run_record
 from stateful import driving, steering
 from stateful import strategies as gen
 from stateful.after_turn import await_gone, check_private_servers, check_view, count_conversation, run_turn
-from stateful.clauses import deviate, fail
-from stateful.model import Call, ContractViolation, Judgement, Life, PairState, UnsupportedServer, initial_model
+from stateful.clauses import deviate, fail, tolerated
+from stateful.model import TOLERABLE, Call, ContractViolation, Judgement, Life, PairState, first_list
 from stateful.run_record import recorded
 from stateful.targets.base import Target, TargetError
 from stateful.world import (
@@ -175,10 +175,11 @@ class TerminalMachine(RuleBasedStateMachine):
         first = session.run_turn([list_step()], step_timeout=self.cfg.step_timeout)[0][0]
         self.world.transcript.add_line(f"agent {index} = session {session.label}; first list -> {quoted(first)}")
         launched_elsewhere = {p.socket: str(PairRef(a.index, p.terminal, p.session)) for a in self.live for p in a.model.pairs}
-        try:
-            model = initial_model(DECLARED, first, launched_elsewhere)
-        except UnsupportedServer as exc:
-            raise TargetError(f"{self.target.where}: {exc}") from None
+        judged = first_list(DECLARED, first, launched_elsewhere, tolerated(TOLERABLE))
+        for clause_id, why in judged.noted:  # another session's rows: known, so left out (model.first_list)
+            deviate(clause_id, f"{list_step()[0]!r} -> {quoted(first)[:160]}: {why}",
+                    f"  where: the first list of agent {index} on {self.target.where}")
+        model = judged.model
         agent = Agent(index, session, model)
         count_conversation(self.world, agent, [list_step()], [[first]])
         self.live.append(agent)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any, NoReturn
@@ -40,6 +40,7 @@ __all__ = [
     "Instance",
     "SessionModel",
     "TOLERABLE",
+    "first_list",
     "Judgement",
     "judge",
     "judge_step",
@@ -193,6 +194,10 @@ class SessionModel:
     commands: tuple[tuple[str, str], ...] = ()
     """``command`` that list showed first for each terminal name (must stay the same)."""
     next_order: int = 0
+    sockets: frozenset[str] = frozenset()
+    """Every ``tmux_socket`` this session's launches reported: a list row on one of them is this
+    session's own (a pair it closed that stays listed is ``list.registered``); a declared row on
+    none of them is another session's terminal (``scope.session``)."""
     tolerated: frozenset[str] = frozenset()
     """Clauses whose violations the run knows (a campaign's claimed and allowed ones) and that the
     judge notes instead of raising, where it can keep the model exact past them
@@ -244,10 +249,11 @@ class Judgement:
     """Violations the judge went past (``SessionModel.tolerated``): ``(clause, why)`` each."""
 
 
-TOLERABLE = frozenset({"list.registered", "events.unique-ids"})
-"""Clauses the judge can go past: a list row of a pair this session never launched (another
-session's, or one closed) is noted and left out, and the rest of the list is checked as usual; a
-created event whose id is already a live terminal's is noted and taken as the new terminal's (a
+TOLERABLE = frozenset({"list.registered", "scope.session", "events.unique-ids"})
+"""Clauses the judge can go past: a list row of another session's terminal (``scope.session``: a
+declared terminal on a tmux server none of this session's launches reported, the first list's
+included) or of a pair this session closed (``list.registered``) is noted and left out, never typed
+into or closed, and the rest of the list is checked as usual; a created event whose id is already a live terminal's is noted and taken as the new terminal's (a
 later deleted event with that id may then be either's)."""
 
 
@@ -459,7 +465,8 @@ def _launched(model: SessionModel, terminal: str, session: str, value: dict[str,
         ended = ended | {old.instance}
         order = (*old.order, model.next_order)
         label = "launch: launched again after exit"
-    m, number = replace(model, ended=ended, next_order=model.next_order + 1)._new_instance(terminal, session)
+    m, number = replace(model, ended=ended, next_order=model.next_order + 1,
+                        sockets=model.sockets | {socket})._new_instance(terminal, session)
     m = m._with_pair(PairState(terminal, session, socket, number, Life.ALIVE, order))
     return Judgement(m, label, value, "launch.relaunch" if old is not None else "launch.one-launched")
 
@@ -621,6 +628,11 @@ def _judge_list(model: SessionModel, value: Any) -> Judgement:
         for name in ("running", "has_os_env"):
             if not isinstance(entry[name], bool):
                 raise _Reject("list.result", f"list entry field {name!r} is not a boolean: {entry!r}")
+    value, foreign = _without_foreign(model, value)
+    noted: list[tuple[str, str]] = []
+    if foreign and "scope.session" not in model.tolerated:
+        raise _Reject("scope.session", foreign[0])
+    noted += [("scope.session", why) for why in foreign]
     keys = [(e["terminal"], e["session"]) for e in value]
     if len(set(keys)) != len(keys):
         raise _Reject("list.result", "list shows a pair twice")
@@ -629,7 +641,6 @@ def _judge_list(model: SessionModel, value: Any) -> Judgement:
         raise _Reject("list.baseline", f"list must start with the baseline {list(model.baseline)} (what the first list showed)")
     commands = dict(model.commands)
     rest = value[nb:]
-    noted: list[tuple[str, str]] = []
     seen: dict[tuple[str, str], dict[str, Any]] = {}
     last = -1
     pinned: dict[tuple[str, str], tuple[int, ...]] = {}
@@ -678,6 +689,39 @@ def _judge_list(model: SessionModel, value: Any) -> Judgement:
     if labels:
         label = "list: exited pair " + "/".join(sorted(set(labels)))
     return Judgement(m, label, value, "list.registered", tuple(noted))
+
+
+def _without_foreign(model: SessionModel, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The rows of ``rows`` that may be this session's, and why each other one is another
+    session's terminal: a row of a declared terminal that is neither a registered pair's (its
+    socket, or for a live pair the row of its name) nor on a tmux server this session's launches reported, and
+    a second row of a baseline pair. A server whose list shows every session's terminals (so that a
+    fresh session's first list shows other sessions' pairs, possibly of the same names as its own)
+    breaks ``scope.session`` at every list; a campaign that knows it leaves those rows out and goes on."""
+    kept: list[dict[str, Any]] = []
+    foreign: list[str] = []
+    matched: set[tuple[str, str]] = set()
+    for row in rows:
+        key = (row["terminal"], row["session"])
+        pair = model.pair(*key)
+        socket = row["tmux_socket"]
+        if key not in matched and key in model.baseline:
+            matched.add(key)
+            kept.append(row)
+            continue
+        if key not in matched and pair is not None and (socket == pair.socket or (pair.life is Life.ALIVE and not any(
+                (r["terminal"], r["session"]) == key and r["tmux_socket"] == pair.socket for r in rows))):
+            # its own row: on its socket, or the row of its name where a live pair must be (a wrong
+            # socket there is list.fields); an exited pair may be gone, and another socket's row stays foreign
+            matched.add(key)
+            kept.append(row)
+            continue
+        if socket in model.sockets or (pair is None and key[0] not in model.declared and key not in model.baseline):
+            kept.append(row)  # this session's own (a pair it closed, listed still), or a server-made row: judged below
+            continue
+        foreign.append(f"list shows {pair_name(*key)} on tmux server {socket!r}, which no launch of this session "
+                       "reported: another session's terminal (a session never sees another session's terminals)")
+    return kept, foreign
 
 
 # --- several calls in one reply -----------------------------------------------------------------
@@ -985,18 +1029,17 @@ def _missing(model: SessionModel, assignment: Assignment) -> tuple[tuple[str, ..
     return tuple(missing), frozenset(unmade + undeleted)
 
 
-class UnsupportedServer(Exception):
-    """The server does something the contract allows but this tester cannot model (not a violation)."""
+def first_list(declared: Sequence[str], first_list_output: str, other_sockets: Mapping[str, str] | None = None,
+               tolerated: Iterable[str] = ()) -> Judgement:
+    """A fresh agent session's first ``list``, judged like any other: its model, with the baseline.
 
-
-def initial_model(declared: Sequence[str], first_list_output: str,
-                  other_sockets: Mapping[str, str] | None = None) -> SessionModel:
-    """The model of a fresh agent session, from what its first ``list`` returned (the baseline).
-
-    ``other_sockets`` maps the tmux socket of every pair that other agent sessions launched to that
-    pair's name: a declared pair in a fresh session's first list that runs on one of them is another
-    session's terminal leaking into this one (a scope violation); any other declared pair is one the
-    server made itself, which this tester does not support."""
+    Rows of undeclared terminals are the baseline (CONTRACT §1 list: the server's own terminals,
+    listed before the agent's first call). A row of a declared terminal is one this session never
+    launched: another session's (``scope.session``; ``other_sockets`` maps the tmux socket of every
+    pair that other agent sessions of this run launched to that pair's name, so the message can
+    name its owner). Unless ``scope.session`` is ``tolerated`` (the run knows it), that ends the
+    program; if it is, the row is noted (``Judgement.noted``), left out of the model and never
+    addressed, and the program goes on."""
     try:
         value = json.loads(first_list_output)
     except ValueError:
@@ -1004,17 +1047,29 @@ def initial_model(declared: Sequence[str], first_list_output: str,
     if not isinstance(value, list):
         fail("list.result", f"the first list did not return a JSON array: {_short(first_list_output)}")
     baseline: list[tuple[str, str]] = []
+    noted: list[tuple[str, str]] = []
     for entry in value:
         if not isinstance(entry, dict) or set(entry) != LIST_KEYS:
             fail("list.result", f"a list entry is not an object with keys {sorted(LIST_KEYS)}: {entry!r}")
-        if entry["terminal"] in declared:
-            name = pair_name(entry["terminal"], entry["session"])
+        key = (entry["terminal"], entry["session"])
+        if entry["terminal"] in declared or key in baseline:
+            name = pair_name(*key)
             owner = (other_sockets or {}).get(entry["tmux_socket"])
-            if owner is not None:
-                fail("scope.session", f"the first list of a fresh agent session shows {name}, which runs on the "
-                     f"tmux server of {owner} of another agent session: sessions see only their own terminals")
-            raise UnsupportedServer(
-                f"the first list of a fresh agent session shows {name} of a declared terminal, on a tmux server that "
-                "no agent session of this run launched: the tester supports only undeclared server-made terminals")
-        baseline.append((entry["terminal"], entry["session"]))
-    return SessionModel(declared=tuple(sorted(declared)), baseline=tuple(baseline))
+            where = f"the tmux server of {owner} of another agent session" if owner is not None else \
+                f"tmux server {entry['tmux_socket']!r}, which this session never launched"
+            why = (f"the first list of a fresh agent session shows {name}, which runs on {where}: sessions see only "
+                   "their own terminals")
+            if "scope.session" not in tolerated:
+                fail("scope.session", why)
+            noted.append(("scope.session", why))
+            continue
+        baseline.append(key)
+    model = SessionModel(declared=tuple(sorted(declared)), baseline=tuple(baseline))
+    return Judgement(model, f"list: first, baseline of {len(baseline)}", value, "list.baseline", tuple(noted))
+
+
+def initial_model(declared: Sequence[str], first_list_output: str,
+                  other_sockets: Mapping[str, str] | None = None) -> SessionModel:
+    """The model of a fresh agent session from its first ``list`` (:func:`first_list`, which
+    raises on another session's rows)."""
+    return first_list(declared, first_list_output, other_sockets).model

@@ -315,6 +315,7 @@ PLANTS = [  # longest hunts first (they start first: the pool ends together, not
     Plant("scrollback-ignored", "direct", ("read.rows-exact", "read.history")),
     Plant("extra-key-rejected", "direct", ("args.extra-keys",)),
     Plant("list-sorted", "direct", ("list.order", "list.baseline")),
+    Plant("list-every-session", "direct", ("scope.session",)),
 ]
 GAPS: dict[str, tuple[str, str, str]] = {
     "exit-by-shared-id": ("direct", "list.exit-removed",

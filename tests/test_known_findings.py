@@ -260,19 +260,19 @@ def test_a_known_finding_steers_away_from_its_own_cause_only(tmp_path: Path) -> 
 
 # -- a list that shows pairs nobody launched here (the judge goes past them) ---------------------------
 
-def test_a_known_list_of_unregistered_pairs_is_noted_and_the_rest_checked() -> None:
-    """Issue 23: a server whose list shows other sessions' terminals meets list.registered in every
-    program; once known, the rows are noted and left out, and the rest of the list is still held to
-    the contract (a live pair it misses still ends the program)."""
+def test_a_known_list_of_other_sessions_pairs_is_noted_and_the_rest_checked() -> None:
+    """Issues 23 and 38: a server whose list shows other sessions' terminals breaks the session scope
+    in every program; once known, their rows are noted and left out, and the rest of the list is
+    still held to the contract (a live pair it misses still ends the program)."""
     base = with_pair()
     other = entry("bash", "theirs", "/s/t")
     shows = out([entry("bash", "a", "/s/a"), other])
     with pytest.raises(ContractViolation) as unknown:
         judge(base, c("list"), shows)
-    assert clause_of(unknown.value) == "list.registered"
-    tolerant = replace(base, tolerated=frozenset({"list.registered"}))
+    assert clause_of(unknown.value) == "scope.session"
+    tolerant = replace(base, tolerated=frozenset({"scope.session"}))
     judged = judge(tolerant, c("list"), shows)
-    assert judged.noted == (("list.registered", "list shows bash:theirs, which is not registered in this session"),)
+    assert [clause for clause, _ in judged.noted] == ["scope.session"] and "bash:'theirs'" in judged.noted[0][1]
     assert judged.model.pair("bash", "a") is not None and judged.model.pair("bash", "theirs") is None
     with pytest.raises(ContractViolation) as missing:  # the rest is checked as usual
         judge(tolerant, c("list"), out([other]))
@@ -280,6 +280,19 @@ def test_a_known_list_of_unregistered_pairs_is_noted_and_the_rest_checked() -> N
     with pytest.raises(ContractViolation) as fields:
         judge(tolerant, c("list"), out([entry("bash", "a", "/s/wrong"), other]))
     assert clause_of(fields.value) == "list.fields"
+
+
+def test_a_known_list_of_closed_pairs_is_noted_apart_from_other_sessions_rows() -> None:
+    """A pair this session closed that stays listed (its row on the socket its launch reported) is
+    list.registered, another bug than the scope's: knowing one does not go past the other."""
+    closed = judge(with_pair(), c("close", terminal="bash", session="a"),
+                   out({"terminal": "bash", "session": "a", "status": "closed"})).model
+    stale = out([entry("bash", "a", "/s/a", running=False)])
+    with pytest.raises(ContractViolation) as unknown:
+        judge(replace(closed, tolerated=frozenset({"scope.session"})), c("list"), stale)
+    assert clause_of(unknown.value) == "list.registered"
+    judged = judge(replace(closed, tolerated=frozenset({"list.registered"})), c("list"), stale)
+    assert judged.noted == (("list.registered", "list shows bash:a, which is not registered in this session"),)
 
 
 def test_concurrent_calls_are_explained_by_an_order_that_needs_no_deviation_first() -> None:
@@ -299,11 +312,11 @@ def test_judging_goes_past_a_list_deviation_only_where_the_run_knows_it() -> Non
     ctx = after_turn.TurnContext(world, agent, 1, [[c("list")]], [[shows]], {}, frozenset())
     with pytest.raises(ContractViolation) as unknown:
         after_turn.judge_outputs(ctx, 0)
-    assert clause_of(unknown.value) == "list.registered"
-    clauses.know(allowed=["list.registered"])
+    assert clause_of(unknown.value) == "scope.session"
+    clauses.know(allowed=["scope.session"])
     after_turn.judge_outputs(ctx, 0)
-    assert clauses.deviations().met == {"list.registered": 1}
-    clauses.know(findings=["list.registered@server-terminals"])  # another cause: a new finding
+    assert clauses.deviations().met == {"scope.session": 1}
+    clauses.know(findings=["scope.session@server-terminals"])  # another cause: a new finding
     with pytest.raises(ContractViolation):
         after_turn.judge_outputs(ctx, 0)
 

@@ -16,7 +16,7 @@ from stateful.model import (
     Ledger,
     Life,
     SessionModel,
-    UnsupportedServer,
+    first_list,
     initial_model,
     judge,
     judge_step,
@@ -343,13 +343,46 @@ def test_addressing_a_terminal_the_server_runs_for_itself_is_one_clause_whatever
         assert raised.value.clause == (clause if tool != "launch" or session == "main" else "launch.unknown-terminal")
 
 
-def test_baseline_must_not_hold_declared_pairs() -> None:
-    """A declared pair in a fresh session's first list: another session's terminal (its socket is
-    one another session launched) breaks the session scope; any other is unsupported, not a bug."""
+def test_another_sessions_pair_in_the_first_list_is_a_scope_finding_named_by_its_owner_if_known() -> None:
+    """A declared pair in a fresh session's first list is one this session never launched: another
+    session's terminal (§1: a session never sees another session's terminals), whether or not its
+    owner is an agent session of this run (a server shared by several workers shows theirs)."""
     with pytest.raises(ContractViolation, match=r"^scope\.session: .*bash:'x'.*bash:'y' of agent 1"):
         initial_model(("bash",), out([entry("bash", "x", "/s/x")]), {"/s/x": "bash:'y' of agent 1"})
-    with pytest.raises(UnsupportedServer, match="supports only undeclared server-made terminals"):
+    with pytest.raises(ContractViolation, match=r"^scope\.session: .*bash:'x'.*never launched"):
         initial_model(("bash",), out([entry("bash", "x", "/s/x")]), {"/s/other": "bash:'y' of agent 1"})
+
+
+def test_a_known_scope_finding_leaves_other_sessions_rows_out_of_the_first_list_and_the_baseline() -> None:
+    judged = first_list(("bash",), out([entry("tui", "main", "/s/t"), entry("bash", "x", "/s/x"),
+                                        entry("tui", "main", "/s/t2")]), tolerated={"scope.session"})
+    assert judged.model.baseline == (("tui", "main"),)
+    assert [clause for clause, _ in judged.noted] == ["scope.session", "scope.session"]
+
+
+def test_a_known_scope_finding_leaves_other_sessions_rows_out_of_every_list_even_of_the_same_names() -> None:
+    """On a server whose list shows every session's terminals, another session's bash:'a' (another
+    socket) sits beside this session's own: the own row is the one on its launch's socket; the
+    other is noted and left out, and the rest is judged as usual (a wrong field still fails)."""
+    m = replace(with_pair(initial_model(("bash",), out([entry("tui", "main", "/s/t")]))), tolerated=frozenset({"scope.session"}))
+    rows = [entry("bash", "a", "/s/other-a"), entry("tui", "main", "/s/t"), entry("bash", "b", "/s/b"),
+            entry("bash", "a", "/s/a"), entry("tui", "main", "/s/t2")]
+    judged = judge(m, c("list"), out(rows))
+    assert judged.model.pairs == m.pairs and [clause for clause, _ in judged.noted] == ["scope.session"] * 3
+    violates(replace(m, tolerated=frozenset()), c("list"), out(rows))
+    with pytest.raises(ContractViolation, match="^list.fields"):
+        judge(m, c("list"), out([*rows[:3], entry("bash", "a", "/s/a", running=False)]))
+    with pytest.raises(ContractViolation, match="^list.registered: .*misses the live pair"):
+        judge(m, c("list"), out(rows[1:3]))
+
+
+def test_a_closed_pair_still_listed_is_not_taken_for_another_sessions() -> None:
+    """A row on a socket one of this session's launches reported is its own: a pair it closed that
+    stays listed breaks list.registered (the closed-still-listed bug), not the session scope."""
+    m = judge(with_pair(), c("close", terminal="bash", session="a"),
+              out({"terminal": "bash", "session": "a", "status": "closed"})).model
+    with pytest.raises(ContractViolation, match="^list.registered"):
+        judge(replace(m, tolerated=frozenset({"scope.session"})), c("list"), out([entry("bash", "a", "/s/a", running=False)]))
 
 
 # --- resource events ------------------------------------------------------------------------------

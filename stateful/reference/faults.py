@@ -43,6 +43,8 @@ FAULTS: dict[str, str] = {
     "read-last-row-dropped": "every read loses the screen's last row (an off-by-one in the captured range)",
     "exit-by-shared-id": "exits are handled through a table keyed by resource id: of two live pairs that share "
                          "one (with resource-id-collision on), the second to exit is never removed (omnigent 0.19.1)",
+    "list-every-session": "list shows the terminals of every agent session on the server, not the caller's alone "
+                          "(a fresh session's first list shows other sessions' pairs)",
     "shared-pane": "a launch in an agent session whose terminal already runs there attaches to that pane "
                    "instead of starting its own (tmux sessions named after the terminal alone)",
 }

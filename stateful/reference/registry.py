@@ -506,10 +506,11 @@ class TerminalRegistry:
 
     # -- list / close ---------------------------------------------------------------------------
 
-    def list(self, session_id: str) -> list[TerminalInfo]:
-        """The session's registered pairs in launch order (an exited one may show running=False)."""
+    def list(self, session_id: str, *, every_session: bool = False) -> list[TerminalInfo]:
+        """The session's registered pairs in launch order (an exited one may show running=False);
+        ``every_session``: every agent session's (the planted fault list-every-session)."""
         with self._lock:
-            entries = [e for k, e in self._terminals.items() if k[0] == session_id]
+            entries = [e for k, e in self._terminals.items() if k[0] == session_id or every_session]
         if faults.enabled("list-sorted"):
             # Planted fault: rows sorted by name (a "tidy" listing) instead of in launch order.
             entries.sort(key=lambda e: (e.key[1], e.key[2]))

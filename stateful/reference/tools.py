@@ -277,7 +277,8 @@ def sys_terminal_list(arguments: str, context: ToolContext) -> str:
                 "has_os_env": row.has_os_env,
                 "tmux_socket": row.tmux_socket,
             }
-            for row in context.registry.list(context.session_id)
+            # Planted fault list-every-session: the rows of every agent session on the server
+            for row in context.registry.list(context.session_id, every_session=faults.enabled("list-every-session"))
         ]
     )
 
