@@ -149,9 +149,12 @@ def judge_outputs(ctx: TurnContext, index: int) -> list[Judgement]:
         raise failure
     for call, output, judgement in zip(calls, outs, judgements):
         for clause, why in judgement.noted:  # a known deviation, or the failure it would have been
+            # a list's rows are the server's state, not its arguments' doing: they name no cause of the
+            # call (an extra key of a list that showed another session's row is not a second finding)
+            named = () if call.tool == LIST else causes.call_causes(clause, call.tool, call.arguments, output)
             deviate(clause, f"{call!r} -> {clip(output)}: {why}",
                     f"  where: turn {ctx.number}, step {index} of agent {ctx.agent.index} on {ctx.world.target.where}",
-                    causes=causes.call_causes(clause, call.tool, call.arguments))
+                    causes=named)
     if judgements:
         ctx.agent.model = judgements[0].model
     for judgement in judgements:
@@ -453,8 +456,10 @@ def await_gone(world: World, agent: Agent, number: int, shell: Shell, *, at_once
         what = ("its tmux server at " + shell.socket + " still runs" if alive else "") + \
             (" and " if alive and left else "") + (f"processes {left} are left" if left else "")
         if at_once:
-            fail("close.nothing-left", f"{pair_name(inst.terminal, inst.session)} (agent {agent.index}) was "
-                                       f"closed, but once close returned {what}")
-        fail("session.delete", f"{pair_name(inst.terminal, inst.session)} (agent {agent.index}): its session was "
-                               f"deleted, but {world.waited()} later {what}")
+            deviate("close.nothing-left", f"{pair_name(inst.terminal, inst.session)} (agent {agent.index}) was "
+                                          f"closed, but once close returned {what}")
+        else:
+            deviate("session.delete", f"{pair_name(inst.terminal, inst.session)} (agent {agent.index}): its session "
+                                      f"was deleted, but {world.waited()} later {what}")
+        return  # known: what is left is the server's (the model has the pair closed, as the server said)
     exercised("close.nothing-left" if at_once else "session.delete")

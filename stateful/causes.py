@@ -59,9 +59,10 @@ def text_causes(texts: Iterable[str]) -> tuple[str, ...]:
     return ordered(found)
 
 
-def call_causes(clause: str, tool: str, arguments: str) -> tuple[str, ...]:
-    """The causes one call that broke ``clause`` names: its steering triggers, and what its text holds."""
-    found = set(steering.call_triggers(clause, tool, arguments))
+def call_causes(clause: str, tool: str, arguments: str, output: str | None = None) -> tuple[str, ...]:
+    """The causes one call that broke ``clause`` names: its steering triggers (``output``: what it
+    answered, see :func:`stateful.steering.call_triggers`), and what its text holds."""
+    found = set(steering.call_triggers(clause, tool, arguments, output))
     try:
         args = json.loads(arguments)
     except ValueError:

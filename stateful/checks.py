@@ -18,6 +18,8 @@ import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from stateful.model import PANE_COLS
+
 __all__ = [
     "new_uid",
     "shell_marker",
@@ -25,6 +27,7 @@ __all__ = [
     "shell_payload",
     "python_payload",
     "tokens_in",
+    "cut_tokens",
     "has_token",
     "prompt_follows",
     "last_row",
@@ -93,6 +96,21 @@ def payload_end(mode: str, payload: str) -> int:
 def tokens_in(screen: str) -> list[tuple[str, str]]:
     """Every (token, uid) a screen shows."""
     return [(m.group(0), m.group(1)) for m in _TOKEN.finditer(screen)]
+
+
+def cut_tokens(screen: str, uid: str) -> list[str]:
+    """The tokens a screen shows whose id is ``uid`` cut short, each ending a row narrower than the
+    pane (a row of the full width may go on in the next one): the command of ``uid`` ran, but its
+    text lost its last characters, so its whole token will never show."""
+    found = []
+    for row in screen.split("\n"):
+        if len(row) >= PANE_COLS:
+            continue
+        for match in _TOKEN.finditer(row):
+            cut = match.group(1)
+            if cut != uid and uid.startswith(cut) and not row[match.end():].strip():
+                found.append(match.group(0))
+    return found
 
 
 def has_token(screen: str, token: str) -> bool:
@@ -362,6 +380,11 @@ def diagnose_typed(screen: str, typed: str, chunks: Sequence[str], uid: str | No
     if uid and any(u == uid for _, u in tokens_in(screen)):
         return "read.output-shows", (f"the command {_quoted(typed)} ran and its output showed, but no row "
                                      "(the program's next prompt) ever followed it")
+    cut = cut_tokens(screen, uid) if uid else []
+    if cut:  # its output, short of the id's end: what was typed lost its last characters (the echo may be gone)
+        return "send.text-literal", (f"the text did not arrive as written: the command {_quoted(typed)} ran but "
+                                     f"printed {cut[-1]}, its marker without its last {len(uid) - len(cut[-1].rsplit('_', 1)[1])} "
+                                     "character(s): the end of the text was lost")
     found = typed_echo(screen, typed, uid)
     if found is not None and uid and any(other != uid for other in MARKER_ID.findall(found[0])):
         found = None  # the line found by the command's start is an earlier command's (its own marker id)

@@ -93,7 +93,8 @@ _clause("launch.unknown-terminal", "§1 launch", "an undeclared terminal gives t
 _clause("launch.override-refused", "§1 launch", "cwd/sandbox overrides are refused unless the spec allows them")
 _clause("launch.result", "§1 launch", "success is {terminal, session, tmux_socket, has_os_env: true, status}")
 _clause("launch.one-launched", "§1 launch", "a pair that is not registered is launched (a new process)")
-_clause("launch.already-running", "§1 launch", "a live pair says already_running, tmux_socket unchanged")
+_clause("launch.already-running", "§1 launch", "a live pair says already_running")
+_clause("launch.socket-kept", "§1 launch", "already_running gives the pair's tmux_socket unchanged")
 _clause("launch.relaunch", "§1 launch", "a registered pair whose process exited is launched again")
 _clause("launch.private-server", "§1 launch", "each live terminal has its own private tmux server")
 _clause("launch.server-runs", "§1 launch", "while the terminal lives, its tmux server runs and holds its pane")
@@ -117,12 +118,15 @@ _clause("read.output-shows", "§1 read", "repeated reads show a program's output
 _clause("screen.isolation", "§1", "what is typed into one pair never shows in another pair's screen")
 # -- §1 list --------------------------------------------------------------------------------------
 _clause("list.result", "§1 list", "list returns an array of {terminal, session, command, running, has_os_env, "
-        "tmux_socket}, no pair twice")
+        "tmux_socket}")
+_clause("list.unique", "§1 list", "list shows one entry per registered pair: no pair twice")
 _clause("list.baseline", "§1 list", "the server's own terminals (the first list) come first and stay")
 _clause("list.registered", "§1 list", "list shows exactly this session's registered pairs: a pair appears at "
         "launched, disappears at close")
 _clause("list.order", "§1 list", "pairs are listed in launch order")
-_clause("list.fields", "§1 list", "an entry agrees with its launch: tmux_socket, has_os_env, running, command")
+_clause("list.fields", "§1 list", "an entry agrees with its launch: tmux_socket, has_os_env, command")
+_clause("list.running", "§1 list", "an entry's running agrees with the pair's life: true while it lives, never true "
+        "once a tool reported it dead")
 _clause("list.exit-removed", "§1 list", "a pair whose process exited is removed within 2 s")
 # -- §1 close -------------------------------------------------------------------------------------
 _clause("close.closed", "§1 close", "a registered pair (alive or dead) is closed")
@@ -162,6 +166,16 @@ GOES_ON: dict[str, str] = {
                          "new terminal's; a later deleted event with that id may then be either's",
     "list.registered": "a row of a pair this session closed (on a tmux server one of its launches reported) is noted "
                        "and left out; the rest of the list is checked as usual (a live pair missing still ends it)",
+    "list.unique": "a second entry of a pair on the same tmux server as its first is noted and left out; the rest of "
+                   "the list is checked as usual",
+    "list.running": "noted; the pair's life in the model stays what the tools said (alive, or dead), and the rest "
+                    "of the entry and of the list is checked as usual",
+    "launch.socket-kept": "noted; the pair keeps the tmux_socket its launch reported (the one the probe and every "
+                          "later check use)",
+    "close.nothing-left": "noted; the model has the pair closed, as close said, and what is left of it is the "
+                          "server's (never killed by the tester); the program goes on",
+    "session.delete": "noted; the model has the session's pairs closed, as the DELETE said, and what is left of "
+                      "them is the server's; the program goes on",
     "scope.session": "a list row of another session's terminal (a declared terminal on a tmux server no launch of "
                      "this session reported), in the first list or any later one, is noted and left out of the model: "
                      "never typed into or closed; the rest of the list is checked as usual (a call that reaches "

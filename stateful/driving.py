@@ -25,6 +25,7 @@ from stateful.model import Judgement, describe
 from stateful.waiting import Wait
 from stateful.world import (
     LAUNCH,
+    LOST,
     SEND,
     Agent,
     PairRef,
@@ -151,6 +152,16 @@ def run_command(world: World, agent: Agent, ref: PairRef, shell: Shell, cmd: str
                 return True
         if checks.has_token(screen, token):
             return checks.prompt_follows(screen, token)
+        cut = checks.cut_tokens(screen, uid)
+        if cut:
+            # The command ran and printed its marker short of the id's end: the text lost its last
+            # characters, and the output will never come whole (no need to wait out the deadline).
+            deviate("send.text-literal", f"{what} output {token} will not show in {ref}: the command ran but printed "
+                                         f"{cut[-1]}: the text did not arrive as written (its end was lost)",
+                    "  screen (tail):", *(f"    | {row}" for row in screen.rstrip("\n").split("\n")[-8:]),
+                    triggers=steering.text_triggers(typed.chunks), causes=named)
+            lost.append(True)
+            return True
         if plain:
             # A one-line printable ASCII command is echoed exactly as typed (by the terminal or
             # the line editor), and its output comes before anything else. So an echo that
@@ -169,6 +180,14 @@ def run_command(world: World, agent: Agent, ref: PairRef, shell: Shell, cmd: str
 
     if poll_screen(world, agent, ref, done, f"{what} output {token}", first, typed, may_go_on=True,
                    echo_kept=echo_kept) is None or lost:
+        if what == "sync":
+            # A resync's own plain marker did not arrive as written either (a server that loses
+            # something of every text): what the program waits for can no longer be known. Nothing
+            # more is typed into it; every check that needs no typing (reads, lists, close, the
+            # ground truth) goes on.
+            event("send: the program's state is lost (its resync's marker did not arrive as written)")
+            shell.mode, shell.ready = LOST, False
+            return
         resync(world, agent, ref, shell)
         return
     shell.rows += 2 * (len(cmd) // 70 + 2) + cmd.count("\n") * 2
@@ -225,8 +244,10 @@ def leave_repl(world: World, agent: Agent, ref: PairRef, shell: Shell) -> None:
 
 
 def await_exit(world: World, agent: Agent, ref: PairRef, done: Callable[[], bool], step: list[Any], what: str,
-               clause: str, died: bool | None, typed: tuple[str, ...] = ("exit",)) -> None:
-    """Run ``step`` until ``done()`` after an ``exit`` was typed into ``ref``.
+               clause: str, died: bool | None, typed: tuple[str, ...] = ("exit",)) -> bool:
+    """Run ``step`` until ``done()`` after an ``exit`` was typed into ``ref``: True once it is; False
+    where the exit's own text did not arrive as written (a known deviation: the program goes on, the
+    pair still exiting in the model).
 
     Where the probe saw the terminal's processes gone (``died``; None where it cannot see them),
     the contract's own bound applies: a step *begun* more than 2 s after they were seen gone (so
@@ -264,6 +285,17 @@ def await_exit(world: World, agent: Agent, ref: PairRef, done: Callable[[], bool
                      f"{world.slowness():.1f} s)")
         elif pane is not None and died is not True:
             diagnosed, cause = checks.diagnose_typed(pane, typed[-1], typed, None)
+            if diagnosed == "send.text-literal":
+                # The exit never ran: its text did not arrive. Known, the program goes on: the pair stays
+                # exiting in the model (alive or not, as far as the contract lets a client know), and
+                # nothing more is typed into its program, whose state is unknown.
+                deviate(diagnosed, f"timed out waiting for {what}: {cause}", f"  model: {describe(agent.model)}",
+                        triggers=steering.text_triggers(typed), causes=causes.text_causes(typed))
+                pair = agent.model.pair(ref.terminal, ref.session)
+                shell = agent.shells.get(pair.instance) if pair is not None else None
+                if shell is not None:
+                    shell.mode, shell.ready = LOST, False
+                return False
             if diagnosed == "send.keys":
                 clause = diagnosed
             elif diagnosed == "read.output-shows":
@@ -271,6 +303,7 @@ def await_exit(world: World, agent: Agent, ref: PairRef, done: Callable[[], bool
         fail(clause, f"timed out waiting for {what}" + (f": {cause}" if cause else ""),
              f"  model: {describe(agent.model)}")
     exercised(clause)
+    return True
 
 
 # -- what real terminal tools break on (issue 23) --------------------------------------------------

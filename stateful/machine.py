@@ -35,6 +35,7 @@ from stateful.model import TOLERABLE, Call, ContractViolation, Judgement, Life, 
 from stateful.run_record import recorded
 from stateful.targets.base import Target, TargetError
 from stateful.world import (
+    LOST,
     CLOSE,
     DECLARED,
     LAUNCH,
@@ -159,8 +160,10 @@ class TerminalMachine(RuleBasedStateMachine):
         return (ref, *live)
 
     def _live_shell(self, ref: PairRef) -> tuple[Agent, PairState, Shell] | None:
+        """The pair's session, state and program, if it is live and its program can be typed into
+        (not :data:`LOST`: rules then type only what needs no marker, judged by its output)."""
         agent, pair, shell = self._pair(ref)
-        if pair is None or pair.life is not Life.ALIVE or shell is None:
+        if pair is None or pair.life is not Life.ALIVE or shell is None or shell.mode == LOST:
             return None
         return agent, pair, shell
 
@@ -481,14 +484,14 @@ class TerminalMachine(RuleBasedStateMachine):
             event("exit: launched again within the exit window")
             return
         if relaunch == "quick":
-            driving.await_exit(self.world, a, pair,
-                               lambda: (q := a.model.pair(pair.terminal, pair.session)) is None or q.life is Life.DEAD,
-                               [read_call(pair)], f"{pair} to be reported dead", "read.dead", died, driving.EXITS[how])
+            exited = driving.await_exit(
+                self.world, a, pair, lambda: (q := a.model.pair(pair.terminal, pair.session)) is None or q.life is Life.DEAD,
+                [read_call(pair)], f"{pair} to be reported dead", "read.dead", died, driving.EXITS[how])
         else:
-            driving.await_exit(self.world, a, pair, lambda: a.model.pair(pair.terminal, pair.session) is None,
-                               list_step(), f"{pair} to be removed from list after its exit", "list.exit-removed", died,
-                               driving.EXITS[how])
-        if relaunch != "no":
+            exited = driving.await_exit(self.world, a, pair, lambda: a.model.pair(pair.terminal, pair.session) is None,
+                                        list_step(), f"{pair} to be removed from list after its exit",
+                                        "list.exit-removed", died, driving.EXITS[how])
+        if relaunch != "no" and exited:
             js = self._turn(a, [[tool_call(LAUNCH, pair_args(pair))], list_step()])
             if js[0][0].value.get("status") != "launched":
                 fail("launch.relaunch", f"launch after exit of {pair} did not start a new process: {js[0][0].value}")

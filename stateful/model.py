@@ -249,19 +249,23 @@ class Judgement:
     """Violations the judge went past (``SessionModel.tolerated``): ``(clause, why)`` each."""
 
 
-TOLERABLE = frozenset({"list.registered", "scope.session", "events.unique-ids"})
+TOLERABLE = frozenset({"list.registered", "scope.session", "list.unique", "list.running", "launch.socket-kept",
+                       "read.rows-exact", "events.unique-ids"})
 """Clauses the judge can go past: a list row of another session's terminal (``scope.session``: a
 declared terminal on a tmux server none of this session's launches reported, the first list's
-included) or of a pair this session closed (``list.registered``) is noted and left out, never typed
-into or closed, and the rest of the list is checked as usual; a created event whose id is already a live terminal's is noted and taken as the new terminal's (a
+included) or of a pair this session closed (``list.registered``), or a pair's second row on one
+server (``list.unique``), is noted and left out, never typed into or closed, and the rest of the
+list is checked as usual; a row's ``running`` that contradicts the pair's life (``list.running``) and
+an ``already_running`` with another socket (``launch.socket-kept``) are noted and the model keeps
+what the tools said before; a created event whose id is already a live terminal's is noted and taken as the new terminal's (a
 later deleted event with that id may then be either's)."""
 
 
 HELD_WITH: dict[str, tuple[str, ...]] = {
     "launch.one-launched": ("launch.result",),
-    "launch.already-running": ("launch.result",),
+    "launch.already-running": ("launch.result", "launch.socket-kept"),
     "launch.relaunch": ("launch.result",),
-    "list.registered": ("list.result", "list.baseline", "list.fields", "list.order"),
+    "list.registered": ("list.result", "list.unique", "list.baseline", "list.fields", "list.running", "list.order"),
 }
 """The clauses a judgement of the key's clause held on its way there (:func:`judge` checks them first):
 a campaign's per-clause verdict counts them as exercised too."""
@@ -285,8 +289,8 @@ def _fail(clause_id: str, call: Call, output: str, why: str, model: SessionModel
     if model is not None:
         details.append(f"  model:  {describe(model)}")
     fail(clause_id, f"{call!r} -> {_short(output, 160)}: {why}", *details,
-         triggers=steering.call_triggers(clause_id, call.tool, call.arguments),
-         causes=(*causes.call_causes(clause_id, call.tool, call.arguments), *_pair_causes(call, model)))
+         triggers=steering.call_triggers(clause_id, call.tool, call.arguments, output),
+         causes=(*causes.call_causes(clause_id, call.tool, call.arguments, output), *_pair_causes(call, model)))
 
 
 def _pair_causes(call: Call, model: SessionModel | None) -> tuple[str, ...]:
@@ -441,16 +445,24 @@ def _judge_launch(model: SessionModel, args: dict[str, Any], terminal: str, sess
     if pair.life is Life.ALIVE:
         if status != "already_running":
             raise _Reject("launch.already-running", f"the pair is running (socket {pair.socket}): expected already_running")
-        if value["tmux_socket"] != pair.socket:
-            raise _Reject("launch.already-running", f"already_running changed tmux_socket from {pair.socket!r}")
-        return Judgement(model, "launch: already_running", value, "launch.already-running")
+        return Judgement(model, "launch: already_running", value, "launch.already-running", _socket_kept(model, pair, value))
     if status == "already_running" and pair.life is Life.EXITING:
-        if value["tmux_socket"] != pair.socket:
-            raise _Reject("launch.already-running", f"already_running changed tmux_socket from {pair.socket!r}")
-        return Judgement(model, "launch: already_running (exit pending)", value, "launch.already-running")
+        return Judgement(model, "launch: already_running (exit pending)", value, "launch.already-running",
+                         _socket_kept(model, pair, value))
     if status != "launched":
         raise _Reject("launch.relaunch", "the pair's process exited: expected launched (a new process)")
     return _launched(model, terminal, session, value, pair)
+
+
+def _socket_kept(model: SessionModel, pair: PairState, value: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """Nothing, if ``already_running`` kept the pair's socket; else the violation, noted where the
+    run knows it (the pair keeps the socket its launch reported)."""
+    if value["tmux_socket"] == pair.socket:
+        return ()
+    why = f"already_running changed tmux_socket from {pair.socket!r} to {value['tmux_socket']!r}"
+    if "launch.socket-kept" not in model.tolerated:
+        raise _Reject("launch.socket-kept", why)
+    return (("launch.socket-kept", why),)
 
 
 def _launched(model: SessionModel, terminal: str, session: str, value: dict[str, Any], old: PairState | None) -> Judgement:
@@ -561,8 +573,23 @@ def _judge_read(model: SessionModel, args: dict[str, Any], terminal: str, sessio
     problem = screen_problem(value, terminal, session, scrollback if "scrollback" in args else None)
     if problem:
         raise _Reject("read.result", problem)
+    rows = row_count_problem(value)
+    if rows and "read.rows-exact" not in model.tolerated:
+        raise _Reject("read.rows-exact", rows)
     label = "read: ok" if pair.life is Life.ALIVE else "read: ok (exit pending)"
-    return Judgement(model, label, value, "read.result")
+    return Judgement(model, label, value, "read.result", (("read.rows-exact", rows),) if rows else ())
+
+
+def row_count_problem(value: Mapping[str, Any]) -> str | None:
+    """Whether a read's rows are fewer than the visible rows or more than its scrollback and them
+    (``read.rows-exact`` without knowing the pane's history; None if neither)."""
+    rows = value["screen"].count("\n")
+    lines = value["scrollback_lines"]
+    if rows < PANE_ROWS:
+        return f"{rows} rows < the {PANE_ROWS} visible rows"
+    if rows > lines + PANE_ROWS:
+        return f"{rows} rows > scrollback {lines} + {PANE_ROWS} visible rows"
+    return None
 
 
 def screen_problem(value: Mapping[str, Any], terminal: str, session: str, scrollback: int | None) -> str | None:
@@ -582,10 +609,6 @@ def screen_problem(value: Mapping[str, Any], terminal: str, session: str, scroll
     if not screen.endswith("\n"):
         return "the screen's last row does not end in \\n"
     rows = screen.split("\n")[:-1]
-    if len(rows) < PANE_ROWS:
-        return f"{len(rows)} rows < the {PANE_ROWS} visible rows"
-    if len(rows) > lines + PANE_ROWS:
-        return f"{len(rows)} rows > scrollback {lines} + {PANE_ROWS} visible rows"
     for row in rows:
         if row.isascii() and len(row) > PANE_COLS:
             return f"a row is {len(row)} columns wide (> {PANE_COLS}): long lines must stay split"
@@ -628,14 +651,17 @@ def _judge_list(model: SessionModel, value: Any) -> Judgement:
         for name in ("running", "has_os_env"):
             if not isinstance(entry[name], bool):
                 raise _Reject("list.result", f"list entry field {name!r} is not a boolean: {entry!r}")
+    value, twice = _once(value)
+    if twice and "list.unique" not in model.tolerated:
+        raise _Reject("list.unique", twice[0])
+    noted: list[tuple[str, str]] = [("list.unique", why) for why in twice]
     value, foreign = _without_foreign(model, value)
-    noted: list[tuple[str, str]] = []
     if foreign and "scope.session" not in model.tolerated:
         raise _Reject("scope.session", foreign[0])
     noted += [("scope.session", why) for why in foreign]
     keys = [(e["terminal"], e["session"]) for e in value]
     if len(set(keys)) != len(keys):
-        raise _Reject("list.result", "list shows a pair twice")
+        raise _Reject("list.unique", "list shows a pair twice")
     nb = len(model.baseline)
     if tuple(keys[:nb]) != model.baseline:
         raise _Reject("list.baseline", f"list must start with the baseline {list(model.baseline)} (what the first list showed)")
@@ -656,10 +682,16 @@ def _judge_list(model: SessionModel, value: Any) -> Judgement:
             raise _Reject("list.fields", f"list gives {key[0]}:{key[1]} tmux_socket {entry['tmux_socket']!r}, launch said {pair.socket!r}")
         if entry["has_os_env"] is not True:
             raise _Reject("list.fields", f"list gives {key[0]}:{key[1]} has_os_env false; launch said true")
+        running = None
         if entry["running"] is not True and pair.life is Life.ALIVE:
-            raise _Reject("list.fields", f"list says the live pair {key[0]}:{key[1]} is not running")
+            running = f"list says the live pair {key[0]}:{key[1]} is not running"
         if entry["running"] is True and pair.life is Life.DEAD:
-            raise _Reject("list.fields", f"list says {key[0]}:{key[1]} is running, but a tool already reported it dead")
+            running = f"list says {key[0]}:{key[1]} is running, but a tool already reported it dead"
+        if running is not None and "list.running" not in model.tolerated:
+            raise _Reject("list.running", running)
+        if running is not None:
+            noted.append(("list.running", running))
+            entry = {**entry, "running": pair.life is not Life.DEAD}  # the model keeps the pair's life as the tools said
         known = commands.setdefault(entry["terminal"], entry["command"])
         if entry["command"] != known:
             raise _Reject("list.fields", f"list gives terminal {entry['terminal']!r} command {entry['command']!r}, earlier {known!r}")
@@ -689,6 +721,21 @@ def _judge_list(model: SessionModel, value: Any) -> Judgement:
     if labels:
         label = "list: exited pair " + "/".join(sorted(set(labels)))
     return Judgement(m, label, value, "list.registered", tuple(noted))
+
+
+def _once(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """``rows`` without a second row of one pair on one tmux server, and why each left out breaks
+    ``list.unique`` (a row of the same name on another server is judged as another session's)."""
+    once: list[dict[str, Any]] = []
+    twice: list[str] = []
+    for row in rows:
+        if any((r["terminal"], r["session"], r["tmux_socket"]) == (row["terminal"], row["session"], row["tmux_socket"])
+               for r in once):
+            twice.append(f"list shows {pair_name(row['terminal'], row['session'])} twice "
+                         f"(tmux server {row['tmux_socket']!r})")
+        else:
+            once.append(row)
+    return once, twice
 
 
 def _without_foreign(model: SessionModel, rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
@@ -1051,6 +1098,11 @@ def first_list(declared: Sequence[str], first_list_output: str, other_sockets: M
     for entry in value:
         if not isinstance(entry, dict) or set(entry) != LIST_KEYS:
             fail("list.result", f"a list entry is not an object with keys {sorted(LIST_KEYS)}: {entry!r}")
+    value, twice = _once(value)
+    if twice and "list.unique" not in tolerated:
+        fail("list.unique", f"the first list of a fresh agent session: {twice[0]}")
+    noted += [("list.unique", f"the first list of a fresh agent session: {why}") for why in twice]
+    for entry in value:
         key = (entry["terminal"], entry["session"])
         if entry["terminal"] in declared or key in baseline:
             name = pair_name(*key)

@@ -75,8 +75,11 @@ def text_triggers(texts: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted(found))
 
 
-def call_triggers(clause: str, tool: str, arguments: str) -> tuple[str, ...]:
-    """The trigger a violation of ``clause`` by one call names (none where no input provoked it)."""
+def call_triggers(clause: str, tool: str, arguments: str, output: str | None = None) -> tuple[str, ...]:
+    """The trigger a violation of ``clause`` by one call names (none where no input provoked it).
+    Given the call's ``output``, ``output-keys`` is named only where the output shows one of those
+    argument keys with the argument's value (the arguments taken for the answer): an already_running
+    with a new socket, or a list that shows another session's row, is no doing of an extra key."""
     if clause == "scope.server-terminals":
         return ("server-terminals",)
     try:
@@ -90,6 +93,15 @@ def call_triggers(clause: str, tool: str, arguments: str) -> tuple[str, ...]:
         found.append("bool-scrollback")
     if clause in ("send.sent", "send.text-literal") and tool == "sys_terminal_send" and isinstance(args.get("text"), str):
         found += text_triggers([args["text"]])
-    if OUTPUT_FIELDS & set(args):
+    if OUTPUT_FIELDS & set(args) and (output is None or _echoes(args, output)):
         found.append("output-keys")
     return tuple(found)
+
+
+def _echoes(args: dict[str, object], output: str) -> bool:
+    """Whether ``output`` holds one of the arguments' output-only keys with the argument's value."""
+    try:
+        value = json.loads(output)
+    except ValueError:
+        return False
+    return isinstance(value, dict) and any(key in value and value[key] == args[key] for key in OUTPUT_FIELDS & set(args))

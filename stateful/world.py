@@ -30,7 +30,7 @@ from stateful.targets.probe import Probe, ProcRef
 from stateful.waiting import Wait
 
 __all__ = [
-    "DECLARED", "LAUNCH", "SEND", "READ", "LIST", "CLOSE", "MachineConfig", "PairRef", "Typed", "Shell", "Agent",
+    "DECLARED", "LAUNCH", "SEND", "READ", "LIST", "CLOSE", "LOST", "MachineConfig", "PairRef", "Typed", "Shell", "Agent",
     "World", "Transcript", "tool_call", "pair_args", "read_call", "list_step", "exercised", "clip", "quoted", "bucket",
 ]
 
@@ -87,7 +87,7 @@ class Shell:
     """What the machine knows about the program in one launched instance's pane."""
 
     mode: str = "shell"
-    """"shell" or "python" (a REPL started in the shell)."""
+    """"shell", "python" (a REPL started in the shell) or :data:`LOST` (nothing more is typed into it)."""
     configured: bool = False
     """``set +H`` ran (the shell's history expansion would otherwise rewrite ``!`` in payloads)."""
     ready: bool = False
@@ -99,6 +99,11 @@ class Shell:
     processes: tuple[ProcRef, ...] = ()
     socket: str = ""
     exited: bool = False
+
+
+LOST = "lost"
+"""The mode of a program whose state the machine can no longer know: a resync's own marker did not
+arrive as written (a known deviation that every text meets). No rule types into it."""
 
 
 @dataclass

@@ -239,7 +239,8 @@ def test_the_report_names_the_largest_conversation_any_program_reached() -> None
 def _report(directory: Path) -> dict[str, Any]:
     data = json.loads((directory / "report.json").read_text())
     assert set(data) == {"budget_s", "elapsed_s", "interrupted", "workers", "programs", "steps", "largest_conversation",
-                         "failures", "known", "steered", "coverage", "clauses", "stale", "timeline", "notes"}
+                         "failures", "known", "steered", "coverage", "clauses", "stale", "timeline", "notes",
+                         "searched"}
     assert [c["id"] for c in data["clauses"]] == list(CLAUSES) and all(c["why"] for c in data["clauses"])
     assert data["interrupted"] is False
     assert all(set(f) == set(FAILURE_KEYS) for f in data["failures"])

@@ -180,9 +180,9 @@ def test_a_launch_while_an_exit_is_pending_is_asserted_either_way_a_correct_serv
            turn(window, [[Call(send, json.dumps({"terminal": "bash", "session": "main", "text": "exit"}))]],
                 [[json.dumps({"status": "sent"})]]),
            turn(window, [[Call(LAUNCH, MAIN)]], [[launch("main", "/s/new", "already_running")]])]
-    text = written(ops, "launch.already-running", [START[1], window[1]])
+    text = written(ops, "launch.socket-kept", [START[1], window[1]])
     recorded = outputs(ops)
-    assert failure(text, recorded).startswith("launch.already-running: step 2, launch(")
+    assert failure(text, recorded).startswith("launch.socket-kept: step 2, launch(")
     for answer in (launch("main", "/s/main", "already_running"), launch("main", "/s/new", "launched")):
         run_repro(text, [*recorded[:-1], [[answer]]])
 

@@ -315,7 +315,13 @@ PLANTS = [  # longest hunts first (they start first: the pool ends together, not
     Plant("scrollback-ignored", "direct", ("read.rows-exact", "read.history")),
     Plant("extra-key-rejected", "direct", ("args.extra-keys",)),
     Plant("list-sorted", "direct", ("list.order", "list.baseline")),
+    # pervasive shapes (issue 38): met by nearly every program, each found at once
     Plant("list-every-session", "direct", ("scope.session",)),
+    Plant("list-row-twice", "direct", ("list.unique",)),
+    Plant("list-not-running", "direct", ("list.running",)),
+    Plant("launch-new-socket", "direct", ("launch.socket-kept",)),
+    Plant("read-row-added", "direct", ("read.rows-exact",)),
+    Plant("send-last-char-lost", "direct", ("send.text-literal", "read.output-shows")),
 ]
 GAPS: dict[str, tuple[str, str, str]] = {
     "exit-by-shared-id": ("direct", "list.exit-removed",

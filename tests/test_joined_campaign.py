@@ -247,7 +247,8 @@ def _report(directory: Path) -> dict[str, Any]:
     which host, process and worker found it."""
     data = json.loads((directory / "report.json").read_text())
     assert set(data) == {"budget_s", "elapsed_s", "interrupted", "workers", "programs", "steps", "largest_conversation",
-                         "failures", "known", "steered", "coverage", "clauses", "stale", "timeline", "notes", "campaign"}
+                         "failures", "known", "steered", "coverage", "clauses", "stale", "timeline", "notes",
+                         "searched", "campaign"}
     assert {v["id"] for v in data["clauses"]} == set(CLAUSES)  # a verdict per clause, as on one machine
     assert all(set(f) == set(FAILURE_KEYS) | {"host", "process", "worker"} for f in data["failures"]), data["failures"]
     return data

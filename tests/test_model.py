@@ -370,10 +370,42 @@ def test_a_known_scope_finding_leaves_other_sessions_rows_out_of_every_list_even
     judged = judge(m, c("list"), out(rows))
     assert judged.model.pairs == m.pairs and [clause for clause, _ in judged.noted] == ["scope.session"] * 3
     violates(replace(m, tolerated=frozenset()), c("list"), out(rows))
-    with pytest.raises(ContractViolation, match="^list.fields"):
+    with pytest.raises(ContractViolation, match="^list.running"):
         judge(m, c("list"), out([*rows[:3], entry("bash", "a", "/s/a", running=False)]))
     with pytest.raises(ContractViolation, match="^list.registered: .*misses the live pair"):
         judge(m, c("list"), out(rows[1:3]))
+
+
+@pytest.mark.parametrize("clause, rows", [
+    ("list.unique", [entry("bash", "a", "/s/a"), entry("bash", "a", "/s/a")]),
+    ("list.running", [entry("bash", "a", "/s/a", running=False)]),
+])
+def test_a_known_pervasive_list_bug_is_noted_and_the_model_stays_what_the_tools_said(
+        clause: str, rows: list[dict[str, Any]]) -> None:
+    """A server whose every list repeats a row, or lists every live pair as not running, breaks its
+    clause in every program: unknown, it fails; known, it is noted, the pair stays alive in the
+    model, and the rest of the list is judged as usual."""
+    m = with_pair()
+    with pytest.raises(ContractViolation, match=f"^{clause}"):
+        judge(m, c("list"), out(rows))
+    tolerant = replace(m, tolerated=frozenset({clause}))
+    judged = judge(tolerant, c("list"), out(rows))
+    assert [noted for noted, _ in judged.noted] == [clause]
+    assert judged.model.pair("bash", "a") == m.pair("bash", "a")
+    with pytest.raises(ContractViolation, match="^list.fields"):
+        judge(tolerant, c("list"), out([{**entry("bash", "a", "/s/a"), "has_os_env": False}]))
+
+
+def test_a_known_new_socket_on_already_running_is_noted_and_the_pair_keeps_its_own() -> None:
+    m = with_pair()
+    again = c("launch", terminal="bash", session="a")
+    with pytest.raises(ContractViolation, match="^launch.socket-kept"):
+        judge(m, again, launched("bash", "a", "/s/new", "already_running"))
+    tolerant = replace(m, tolerated=frozenset({"launch.socket-kept"}))
+    judged = judge(tolerant, again, launched("bash", "a", "/s/new", "already_running"))
+    assert [clause for clause, _ in judged.noted] == ["launch.socket-kept"] and judged.model.pair("bash", "a").socket == "/s/a"
+    with pytest.raises(ContractViolation, match="^launch.already-running"):
+        judge(tolerant, again, launched("bash", "a", "/s/new"))
 
 
 def test_a_closed_pair_still_listed_is_not_taken_for_another_sessions() -> None:

@@ -132,6 +132,11 @@ class Gate:
     """Called after every program (the worker saves its counts)."""
     programs: int = 0
     steps: int = 0
+    searched: list[int] = field(default_factory=lambda: [0, 0, 0])
+    """``[programs, steps, programs that ended at their first step]`` of the programs the search drew
+    (not Hypothesis's shrink candidates of a failure, which are short by design): what tells whether
+    the search went on past what it knows (a pervasive bug that ends every program shows as 1 step a
+    program)."""
     coverage: Counter[str] = field(default_factory=Counter)
     known: Counter[str] = field(default_factory=Counter)
     repeats: Counter[str] = field(default_factory=Counter)
@@ -207,6 +212,7 @@ class Gate:
                     # it until the deadline left it reported unshrunk).
                     raise Resteer()
             self.machine = None
+            searching = not self.shrinking
             clauses.know(self.allowed, self.going_on - self.run_claims)
             try:
                 inner(*args, **kwargs)
@@ -225,7 +231,7 @@ class Gate:
                 raise
             finally:
                 self._count_deviations()
-                self._account()
+                self._account(searching)
         return run_state_machine
 
     def others(self) -> frozenset[str]:
@@ -309,9 +315,14 @@ class Gate:
         busy = getattr(getattr(machine, "world", None), "busy", False)  # the rule that raised (World.busy)
         return int(getattr(machine, "rules_run", 0)) + (1 if busy else 0)
 
-    def _account(self) -> None:
+    def _account(self, searching: bool = True) -> None:
+        steps = self._steps()
         self.programs += 1
-        self.steps += self._steps()
+        self.steps += steps
+        if searching:
+            self.searched[0] += 1
+            self.searched[1] += steps
+            self.searched[2] += steps <= 1
         world = getattr(self.machine, "world", None)
         self.largest_conversation = max(self.largest_conversation, getattr(world, "largest_conversation", 0))
         try:

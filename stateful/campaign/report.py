@@ -58,6 +58,10 @@ class CampaignReport:
     largest_conversation: int = 0
     """Bytes the largest agent session conversation of any program reached (the machine's own count, an
     upper bound of a model request; 0: the target carries none): what ``--conversation-budget`` bounds."""
+    searched: list[int] = field(default_factory=lambda: [0, 0, 0])
+    """``[programs, steps, programs that ended at their first step]`` of the programs the searches drew
+    (Hypothesis's shrink candidates left out): steps per program tells whether the searches went on past
+    what they knew (docs/campaigns.md, "Going past a pervasive bug")."""
     campaign: dict[str, Any] | None = None
     """A campaign joined in Redis (``--join``): its name, its processes, and who claimed each finding
     (``stateful.campaign.joined``); None for a campaign of one machine."""
@@ -71,7 +75,12 @@ class CampaignReport:
                 "known": self.known, "steered": self.steered, "coverage": self.coverage,
                 "clauses": [v.as_json() for v in self.clauses],
                 "stale": [{"clause": e.deviation.clause, "entry": e.deviation.source, "why": e.why} for e in self.stale],
-                "timeline": self.timeline, "notes": self.notes} | ({"campaign": self.campaign} if self.campaign is not None else {})
+                "timeline": self.timeline, "notes": self.notes, "searched": self.searched_json()} | ({"campaign": self.campaign} if self.campaign is not None else {})
+
+    def searched_json(self) -> dict[str, Any]:
+        programs, steps, first = self.searched
+        return {"programs": programs, "steps": steps, "steps_per_program": round(steps / programs, 2) if programs else None,
+                "ended_at_first_step": first}
 
     @property
     def failed(self) -> bool:
@@ -136,6 +145,7 @@ def build_report(budget: float, elapsed: float, workers: int, states: Sequence[M
         coverage=dict(sorted(coverage.items())), deviations=list(deviations), repeats=dict(repeats), errors=errors,
         steered=steered, interrupted=interrupted, clauses=verdicts, stale=stale, replays=dict(replays or {}),
         timeline=timeline(states, elapsed), notes=notes,
+        searched=[sum(int((s.get("searched") or [0, 0, 0])[i]) for s in states) for i in range(3)],
         largest_conversation=max((int(s.get("largest_conversation", 0)) for s in states), default=0))
 
 
@@ -193,6 +203,15 @@ BEHIND = "met only past {}: its program went on past that known violation first,
 """What the report says of a finding behind another (docs/campaigns.md, "A finding behind another")."""
 
 
+def _searched_line(report: CampaignReport) -> str:
+    """How far the searched programs got (Hypothesis's shrink candidates left out)."""
+    programs, steps, first = report.searched
+    if not programs:
+        return "No program was searched."
+    return (f"Searched programs: {programs}, {steps / programs:.1f} steps a program; {first} "
+            f"({100 * first / programs:.0f} %) ended at their first step.")
+
+
 def markdown(report: CampaignReport) -> str:
     rate = report.steps / report.elapsed_s if report.elapsed_s else 0.0
     verdict = ("FAILED (interrupted)" if report.failed else "interrupted") if report.interrupted else \
@@ -203,7 +222,7 @@ def markdown(report: CampaignReport) -> str:
              f"{len(report.failures)} distinct failures, {sum(k['count'] for k in report.known)} known deviations met"
              + (f"; the largest agent conversation reached {report.largest_conversation / 1000:.1f} kB."
                 if report.largest_conversation else "."),
-             *_processes(report), "", "## Failures", ""]
+             *_processes(report), "", _searched_line(report), "", "## Failures", ""]
     if not report.failures:
         lines.append("None.")
     for f in report.failures:

@@ -118,7 +118,7 @@ class Worker:
             last, self.series = self.series[-1], self.series[::2]
             if self.series[-1] is not last:
                 self.series.append(last)
-        state = {"worker": self.index, "programs": g.programs, "steps": g.steps,
+        state = {"worker": self.index, "programs": g.programs, "steps": g.steps, "searched": list(g.searched),
                  "largest_conversation": g.largest_conversation, "coverage": dict(g.coverage),
                  "known": dict(g.known), "repeats": dict(g.repeats), "examples": g.examples, "failures": self.failures,
                  "seeds": self.searches, "errors": self.errors, "notes": self.notes, "finished": self.finished,

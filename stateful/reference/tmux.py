@@ -563,6 +563,8 @@ class TmuxServer:
         commands: list[list[str]] = []
         if text and faults.enabled("long-text-cut"):
             text = text[:16 * 1024]  # planted fault: a "safe" cap on typed text (tmux's 16 KiB limit)
+        if text and faults.enabled("send-last-char-lost"):
+            text = text[:-1]  # planted fault: an off-by-one in the chunking drops the text's last character
         if text:
             commands += self._literal(target, text)
         group: list[str] = []

@@ -17,6 +17,7 @@ cwd-outside-the-spec's-cwd error. Decisions of the reference stack:
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -189,15 +190,22 @@ def sys_terminal_launch(arguments: str, context: ToolContext) -> str:
         launched = context.registry.launch(context.session_id, spec, session, cwd=cwd)
     except (LaunchFailed, TmuxError, RuntimeError, OSError, ValueError) as exc:
         return _error(f"launch failed: {exc}")
+    socket = launched.tmux_socket
+    if faults.enabled("launch-new-socket") and launched.status == "already_running":
+        # Planted fault: the answer's path is made anew on every call (a path that never existed)
+        socket = f"{socket}.{next(_FRESH_PATHS)}"
     return _result(
         {
             "terminal": terminal,
             "session": session,
-            "tmux_socket": launched.tmux_socket,
+            "tmux_socket": socket,
             "has_os_env": True,
             "status": launched.status,
         }
     )
+
+
+_FRESH_PATHS = itertools.count(1)
 
 
 def sys_terminal_send(arguments: str, context: ToolContext) -> str:
@@ -248,6 +256,8 @@ def sys_terminal_read(arguments: str, context: ToolContext) -> str:
         screen = context.registry.read(context.session_id, terminal, session, scrollback=history)
         if faults.enabled("read-history-short") and history > 0 and screen.count("\n") > 24:
             screen = screen.split("\n", 1)[1]  # planted fault: an off-by-one loses the oldest history line
+        if faults.enabled("read-row-added"):
+            screen += "\n"  # planted fault: a blank row joined after the visible rows (a capture one row too long)
         if faults.enabled("read-last-row-dropped"):
             # planted fault: the captured range ends one row early (``-E`` given the last row's index
             # counted from 1), so every read lacks the bottom row, where a prompt or output usually is
@@ -267,20 +277,22 @@ def sys_terminal_list(arguments: str, context: ToolContext) -> str:
             _strict_keys("sys_terminal_list", args)  # planted fault (see _strict_keys)
     except _Refusal as refusal:
         return _error(refusal.error)
-    return _result(
-        [
-            {
-                "terminal": row.terminal,
-                "session": row.session,
-                "command": row.command,
-                "running": row.running,
-                "has_os_env": row.has_os_env,
-                "tmux_socket": row.tmux_socket,
-            }
-            # Planted fault list-every-session: the rows of every agent session on the server
-            for row in context.registry.list(context.session_id, every_session=faults.enabled("list-every-session"))
-        ]
-    )
+    rows = [
+        {
+            "terminal": row.terminal,
+            "session": row.session,
+            "command": row.command,
+            # Planted fault list-not-running: a flag read the wrong way round for live pairs
+            "running": row.running and not faults.enabled("list-not-running"),
+            "has_os_env": row.has_os_env,
+            "tmux_socket": row.tmux_socket,
+        }
+        # Planted fault list-every-session: the rows of every agent session on the server
+        for row in context.registry.list(context.session_id, every_session=faults.enabled("list-every-session"))
+    ]
+    if faults.enabled("list-row-twice") and rows:
+        rows.insert(1, dict(rows[0]))  # planted fault: the first row is joined twice
+    return _result(rows)
 
 
 def sys_terminal_close(arguments: str, context: ToolContext) -> str:
