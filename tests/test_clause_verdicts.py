@@ -66,6 +66,18 @@ def test_every_clause_gets_one_verdict_and_each_not_exercised_one_says_why() -> 
     assert verdicts["scope.session"]["why"] == "no rule reached it on this server in 40 programs"
 
 
+def test_a_clause_held_only_in_programs_that_ended_at_their_first_step_is_shallow_not_passed() -> None:
+    """Issue 38: "40 passed" from programs that mostly stopped at step 1. A clause whose every program
+    ended at its first step is ``shallow`` (a skip in junit.xml, never a pass); a passed one says how
+    many of its programs went past their first step."""
+    coverage = {**_held("send.sent", "list.registered"), "probe: on": 40}
+    state = {**_state(coverage), "deep": _held("send.sent")}
+    report = build_report(10, 10, 1, [state], {}, [], [], target="sessions")
+    verdicts = {v.id: v for v in report.clauses}
+    assert verdicts["list.registered"].verdict == "shallow" and "ended at its first step" in verdicts["list.registered"].why
+    assert verdicts["send.sent"].verdict == "passed" and "(3 of them past their first step)" in verdicts["send.sent"].why
+
+
 @pytest.mark.parametrize("target, coverage, programs, steered, interrupted, clause, why", [
     ("direct", {}, 40, [], False, "view.terminals", "the target cannot observe it: --target direct has no sessions API"),
     ("sessions", {"probe: off (sockets are not on this machine)": 40}, 40, [], False, "read.rows-exact",

@@ -252,5 +252,16 @@ def test_the_search_after_one_a_given_back_finding_ended_replays_the_example_dat
         return len(phases) < 4
 
     monkeypatch.setattr(worker, "search", search)
+    generated: list[bool] = []
+    original = search
+
+    def search_and_phases(machine: type, target: object, run_settings: object, seed: int) -> bool:
+        generated.append(Phase.generate in run_settings.phases)  # type: ignore[attr-defined]
+        return original(machine, target, run_settings, seed)
+
+    monkeypatch.setattr(worker, "search", search_and_phases)
     worker.run(object, None)
     assert phases == [False, False, True, False]
+    # the replay is a search of its own (issue 38): one that generated too could not end early, and went on
+    # rejecting a pervasive failure another worker found meanwhile until the deadline
+    assert generated == [True, True, False, True]

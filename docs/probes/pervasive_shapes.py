@@ -63,6 +63,35 @@ def found(report: dict[str, object], clauses: tuple[str, ...]) -> str:
     return f"yes, at {min(times):.0f} s" if times else "no"
 
 
+def per_program(report: dict[str, object]) -> tuple[int, float, int]:
+    """(searched programs, steps a program, how many ended at their first step): the programs the
+    searches drew, Hypothesis's shrink candidates of a failure left out (short by design)."""
+    searched = report.get("searched") or {}
+    programs = int(searched.get("programs") or report["programs"])  # type: ignore[union-attr, arg-type]
+    steps = int(searched.get("steps") or report["steps"])  # type: ignore[union-attr, arg-type]
+    return programs, steps / max(1, programs), int(searched.get("ended_at_first_step") or 0)  # type: ignore[union-attr]
+
+
+def table(out: Path, shapes: list[str], rare: str) -> list[str]:
+    """The Markdown table of the campaigns whose reports are under ``out``."""
+    correct = json.loads((out / "correct" / "report.json").read_text())
+    programs, base, first = per_program(correct)
+    lines = ["| shape (planted fault) | searched programs | steps a program | vs correct | ended at step 1 | "
+             "pervasive found | rare found | findings |", "|---|---|---|---|---|---|---|---|",
+             f"| correct stack | {programs} | {base:.1f} | 1.00 | {first} | - | - | {len(correct['failures'])} |"]
+    for shape in shapes:
+        path = out / shape / "report.json"
+        if not path.exists():
+            continue
+        words, clauses = SHAPES[shape]
+        report = json.loads(path.read_text())
+        programs, per, first = per_program(report)
+        keys = ", ".join(f"`{f['key']}`" for f in report["failures"])
+        lines.append(f"| {words} (`{shape}`) | {programs} | {per:.1f} | {per / base:.2f} | {first} | "
+                     f"{found(report, clauses)} | {found(report, RARE[rare])} | {keys} |")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--budget", default="10m")
@@ -71,28 +100,21 @@ def main() -> None:
     parser.add_argument("--rare", default="scrollback-bool", choices=sorted(RARE))
     parser.add_argument("--shapes", default=",".join(SHAPES))
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--table-only", action="store_true", help="print the table of the reports under --out")
     args = parser.parse_args()
     shapes = [s for s in args.shapes.split(",") if s]
     unknown = sorted(set(shapes) - SHAPES.keys())
     if unknown:
         parser.error(f"unknown shapes {unknown}; known: {sorted(SHAPES)}")
     out = args.out or Path(tempfile.mkdtemp(prefix="pervasive-"))
-    correct = campaign("", args.budget, args.workers, args.target, out / "correct")
-    base = correct["steps"] / max(1, correct["programs"])  # type: ignore[operator]
+    if not args.table_only:
+        campaign("", args.budget, args.workers, args.target, out / "correct")
+        for shape in shapes:
+            campaign(f"{shape},{args.rare}", args.budget, args.workers, args.target, out / shape)
+            print(f"{shape}: done", file=sys.stderr, flush=True)
     print(f"campaigns of {args.budget}, {args.workers} workers, --target {args.target}, rare fault {args.rare}; "
           f"reports in {out}\n")
-    print("| shape (planted fault) | programs | steps | steps/program | vs correct | pervasive found | "
-          "rare found | findings |")
-    print("|---|---|---|---|---|---|---|---|")
-    print(f"| correct stack | {correct['programs']} | {correct['steps']} | {base:.1f} | 1.00 | - | - | "
-          f"{len(correct['failures'])} |")  # type: ignore[arg-type]
-    for shape in shapes:
-        words, clauses = SHAPES[shape]
-        report = campaign(f"{shape},{args.rare}", args.budget, args.workers, args.target, out / shape)
-        per = report["steps"] / max(1, report["programs"])  # type: ignore[operator]
-        keys = ", ".join(f"`{f['key']}`" for f in report["failures"])  # type: ignore[index]
-        print(f"| {words} (`{shape}`) | {report['programs']} | {report['steps']} | {per:.1f} | {per / base:.2f} | "
-              f"{found(report, clauses)} | {found(report, RARE[args.rare])} | {keys} |", flush=True)
+    print("\n".join(table(out, shapes, args.rare)))
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ from stateful.campaign.deviations import Deviation, DeviationsError, dump_deviat
 from stateful.campaign.joined import HEARTBEAT_TIMEOUT, JoinError, Joined, check_name, join, joined_report
 from stateful.campaign.options import EXIT_USAGE
 from stateful.campaign.progress import Progress, Totals
-from stateful.campaign.report import NOT_SHRUNK, CampaignReport, build_report, write_reports
+from stateful.campaign.report import NOT_SHRUNK, CampaignReport, build_report, grouped_notes, note_line, write_reports
 from stateful.campaign.worker import WorkerConfig, state_path
 from stateful.workers import GRACE, end_all, interrupt_on_signals, interrupted_status, restore_signals, start_worker
 from stateful.targets.registry import kind
@@ -379,7 +379,7 @@ def _summary(report: CampaignReport, written: list[Path], interrupted: bool, obs
     lines += [f"known  {k['clause']}: met {k['count']} times" for k in report.known]
     if report.steered:
         lines.append(f"steered away from (inputs of known failures): {', '.join(report.steered)}")
-    lines += [f"note  {note}" for note in report.notes]
+    lines += [f"note  {note_line(group)}" for group in grouped_notes(report.notes)]
     if interrupted:
         lines.append("interrupted: the budget was not spent, so this is no verdict of a pass")
     elif not report.failures and not report.errors:

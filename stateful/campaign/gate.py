@@ -138,6 +138,9 @@ class Gate:
     the search went on past what it knows (a pervasive bug that ends every program shows as 1 step a
     program)."""
     coverage: Counter[str] = field(default_factory=Counter)
+    deep: Counter[str] = field(default_factory=Counter)
+    """The coverage of the programs that went on past their first step (a clause held only at the first
+    step of programs that then ended is no pass: ``stateful.campaign.verdicts``)."""
     known: Counter[str] = field(default_factory=Counter)
     repeats: Counter[str] = field(default_factory=Counter)
     """Failures already claimed, met again (by key), whether they ended a program or it went on past them."""
@@ -330,4 +333,6 @@ class Gate:
         except Exception:  # no build context: nothing to count
             labels = {}
         self.coverage.update(program_labels(labels))
+        if steps > 1:
+            self.deep.update(program_labels(labels))
         self.on_program()

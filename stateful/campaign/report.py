@@ -6,6 +6,7 @@ verdicts are :mod:`stateful.campaign.verdicts`'."""
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -18,7 +19,7 @@ from stateful.campaign.verdicts import CLAUSE_EVENT, ClauseVerdict, StaleEntry, 
     exercised, stale_entries
 from stateful.steering import TRIGGERS
 
-__all__ = ["CampaignReport", "build_report", "write_reports"]
+__all__ = ["CampaignReport", "build_report", "grouped_notes", "note_line", "write_reports"]
 
 NOT_SHRUNK = "not shrunk (the budget, or the process that shrank it, ended first)"
 """What the report says of a failure known only by its claim: found, and never reported shrunk."""
@@ -46,7 +47,8 @@ class CampaignReport:
     """SIGINT/SIGTERM ended the campaign before its budget: what it found holds, a pass does not."""
     notes: list[str] = field(default_factory=list)
     """What the workers noted of their searches (one that Hypothesis ended early, a claim left to another
-    worker): no failure of the server, but why a search may have found less than it could."""
+    worker): no failure of the server, but why a search may have found less than it could. Each note
+    once; the report groups them (:func:`grouped_notes`)."""
     clauses: list[ClauseVerdict] = field(default_factory=list)
     """Every clause's verdict and why (:mod:`stateful.campaign.verdicts`)."""
     stale: list[StaleEntry] = field(default_factory=list)
@@ -75,7 +77,7 @@ class CampaignReport:
                 "known": self.known, "steered": self.steered, "coverage": self.coverage,
                 "clauses": [v.as_json() for v in self.clauses],
                 "stale": [{"clause": e.deviation.clause, "entry": e.deviation.source, "why": e.why} for e in self.stale],
-                "timeline": self.timeline, "notes": self.notes, "searched": self.searched_json()} | ({"campaign": self.campaign} if self.campaign is not None else {})
+                "timeline": self.timeline, "notes": grouped_notes(self.notes), "searched": self.searched_json()} | ({"campaign": self.campaign} if self.campaign is not None else {})
 
     def searched_json(self) -> dict[str, Any]:
         programs, steps, first = self.searched
@@ -97,6 +99,7 @@ def build_report(budget: float, elapsed: float, workers: int, states: Sequence[M
     what the campaign could observe; ``fixed_repros``, ``failing_repros``: the deviations whose repro
     replayed FIXED, STILL FAILING, by the ``FILE:LINE`` of their entry)."""
     coverage: Counter[str] = Counter()
+    deep: Counter[str] | None = Counter() if any("deep" in s for s in states) else None
     known: Counter[str] = Counter()
     repeats: Counter[str] = Counter()
     examples: dict[str, str] = {}
@@ -106,6 +109,8 @@ def build_report(budget: float, elapsed: float, workers: int, states: Sequence[M
     for number, state in enumerate(states):
         notes += [f"worker {state.get('worker', number)}: {note}" for note in state.get("notes", [])]
         coverage.update(state.get("coverage", {}))
+        if deep is not None:
+            deep.update(state.get("deep", {}))
         known.update(state.get("known", {}))
         repeats.update(state.get("repeats", {}))
         examples = {**state.get("examples", {}), **examples}
@@ -135,7 +140,7 @@ def build_report(budget: float, elapsed: float, workers: int, states: Sequence[M
     still_failing = {d.clause for d in deviations if d.source in failing_repros}  # known, met by the search or not
     verdicts = clause_verdicts(coverage=coverage, failed={f["clause"] for f in failures}, known=met | still_failing,
                                stale=stale, deviations=deviations, target=target, steered=steered, programs=programs,
-                               interrupted=interrupted, elapsed=round(elapsed, 1))
+                               interrupted=interrupted, elapsed=round(elapsed, 1), deep=deep)
     return CampaignReport(
         budget_s=round(budget, 1), elapsed_s=round(elapsed, 1), workers=workers,
         programs=programs, steps=sum(int(s.get("steps", 0)) for s in states),
@@ -147,6 +152,29 @@ def build_report(budget: float, elapsed: float, workers: int, states: Sequence[M
         timeline=timeline(states, elapsed), notes=notes,
         searched=[sum(int((s.get("searched") or [0, 0, 0])[i]) for s in states) for i in range(3)],
         largest_conversation=max((int(s.get("largest_conversation", 0)) for s in states), default=0))
+
+
+_NUMBERS = re.compile(r"\b(worker|search|program) \d+\b|\b\d+(\.\d+)?\b")
+
+
+def grouped_notes(notes: Sequence[str]) -> list[dict[str, Any]]:
+    """The notes grouped by what they say (their worker, search and other numbers left out), most
+    frequent first: ``{"what", "count", "first"}`` each, ``first`` the first note of the group as written
+    (267 notes of 79 KB, one by one, were no one's reading)."""
+    groups: dict[str, dict[str, Any]] = {}
+    for note in notes:
+        what = _NUMBERS.sub(lambda m: m.group(1) or "N", note)
+        what = re.sub(r"^worker: ", "", what)[:300]
+        group = groups.setdefault(what, {"what": what, "count": 0, "first": note})
+        group["count"] += 1
+    return sorted(groups.values(), key=lambda g: -g["count"])
+
+
+def note_line(group: Mapping[str, Any]) -> str:
+    """One group of notes for people: the note itself if it came once, else how often and the first."""
+    if group["count"] == 1:
+        return str(group["first"])
+    return f"{group['count']} times: {group['what']} (first: {group['first']})"
 
 
 def _found_by(failure: Mapping[str, Any]) -> dict[str, Any]:
@@ -243,7 +271,7 @@ def markdown(report: CampaignReport) -> str:
                      f"plain repro: {f['plain']}"] if f.get("plain") else []), "",
                   "```", f.get("report") or f.get("message", ""), "```", ""]
     if report.notes:
-        lines += ["## Notes of the searches", "", *[f"- {note}" for note in report.notes], ""]
+        lines += ["## Notes of the searches", "", *[f"- {note_line(group)}" for group in grouped_notes(report.notes)], ""]
     lines += ["## Known deviations", ""]
     lines += [f"- `{k['clause']}`: met {k['count']} times; {_why(report, k['clause'])}"
               + (f"; e.g. {k['example']}" if k.get("example") else "") for k in report.known] or ["None met."]
@@ -310,8 +338,8 @@ def junit(report: CampaignReport) -> ET.ElementTree:
         elif verdict == "known":
             ET.SubElement(case, "skipped", message=f"known deviation: {_why(report, name)}")
             counts["skipped"] += 1
-        elif verdict == "not-exercised":
-            ET.SubElement(case, "skipped", message=f"not exercised: {verdicts[name].why}")
+        elif verdict in ("not-exercised", "shallow"):
+            ET.SubElement(case, "skipped", message=f"{verdict.replace('-', ' ')}: {verdicts[name].why}")
             counts["skipped"] += 1
     for error in report.errors:
         case = ET.SubElement(suite, "testcase", classname="stateful.campaign", name="worker", time="0")

@@ -25,7 +25,7 @@ h1{font-size:1.6em}h2{margin-top:1.6em;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;width:100%}td,th{border:1px solid #ddd;padding:.25em .5em;text-align:left;vertical-align:top}
 th{background:#f4f4f4}code,pre{font:12px/1.35 ui-monospace,monospace}pre{background:#f6f8fa;padding:.6em;overflow:auto}
 .v{font-weight:600;white-space:nowrap}td:nth-child(2){white-space:nowrap}.failed,.stale{color:#b00020}.known{color:#8a5a00}.passed{color:#1a7f37}
-.not-exercised{color:#666}.summary span{margin-right:1.2em}details{margin:.4em 0}summary{cursor:pointer}
+.not-exercised,.shallow{color:#666}.summary span{margin-right:1.2em}details{margin:.4em 0}summary{cursor:pointer}
 svg text{font:11px system-ui,sans-serif}
 """
 WIDTH, HEIGHT, MARGIN = 720, 220, 40

@@ -25,7 +25,7 @@ from stateful.targets.registry import KINDS
 
 __all__ = ["ClauseVerdict", "StaleEntry", "VERDICTS", "clause_verdicts", "contract_link", "exercised", "stale_entries"]
 
-VERDICTS = ("failed", "known", "stale", "passed", "not-exercised")
+VERDICTS = ("failed", "known", "stale", "passed", "shallow", "not-exercised")
 CLAUSE_EVENT = "clause: "
 CONTRACT = "CONTRACT.md"
 """Where the reports link the contract's sections: beside the report, unless ``STATEFUL_CONTRACT_URL``
@@ -144,10 +144,15 @@ def _not_exercised_why(clause: str, *, target: str, coverage: Mapping[str, int],
 
 def clause_verdicts(*, coverage: Mapping[str, int], failed: Iterable[str], known: Iterable[str],
                     stale: Sequence[StaleEntry], deviations: Sequence[Deviation], target: str,
-                    steered: Iterable[str], programs: int, interrupted: bool, elapsed: float) -> list[ClauseVerdict]:
-    """Every clause's verdict (see the module docstring), in the order ``python -m stateful clauses`` lists them."""
+                    steered: Iterable[str], programs: int, interrupted: bool, elapsed: float,
+                    deep: Mapping[str, int] | None = None) -> list[ClauseVerdict]:
+    """Every clause's verdict (see the module docstring), in the order ``python -m stateful clauses`` lists them.
+    ``deep``: the coverage of the programs that went on past their first step (None: not counted). A
+    clause held only in programs that ended at their first step is ``shallow``, not passed: those
+    programs judged it once, at a start that a pervasive bug may have cut short."""
     failed, known, steered = set(failed), set(known), set(steered)
     held = exercised(coverage)
+    held_deep = exercised(deep) if deep is not None else None
     stale_why = {}
     for entry in stale:
         stale_why.setdefault(entry.deviation.clause, entry.line().removeprefix("STALE  "))
@@ -163,9 +168,14 @@ def clause_verdicts(*, coverage: Mapping[str, int], failed: Iterable[str], known
             why = "; ".join(d.why for d in deviations if d.clause == c.id) or "allowed (--allow)"
         elif c.id in stale_why:
             verdict, why = "stale", stale_why[c.id]
+        elif n and held_deep is not None and not held_deep.get(c.id):
+            verdict = "shallow"
+            why = (f"held in {n} programs, every one of which ended at its first step: that rests on one check "
+                   "each at a program's start, no pass")
         elif n:
             verdict = "passed"
-            why = f"exercised in {n} programs and held every time"
+            past = "" if held_deep is None else f" ({held_deep.get(c.id, 0)} of them past their first step)"
+            why = f"exercised in {n} programs{past} and held every time"
         else:
             verdict = "not-exercised"
             why = _not_exercised_why(c.id, target=target, coverage=coverage, steered=steered, programs=programs,
