@@ -99,16 +99,17 @@ def tokens_in(screen: str) -> list[tuple[str, str]]:
 
 
 def cut_tokens(screen: str, uid: str) -> list[str]:
-    """The tokens a screen shows whose id is ``uid`` cut short, each ending a row narrower than the
-    pane (a row of the full width may go on in the next one): the command of ``uid`` ran, but its
-    text lost its last characters, so its whole token will never show."""
+    """The tokens a screen shows whose id is ``uid`` cut short, each alone on a row narrower than the
+    pane (a row of the full width may go on in the next one; every marker prints at a row's start):
+    the command of ``uid`` ran, but its text lost its last characters, so its whole token will never
+    show."""
     found = []
     for row in screen.split("\n"):
         if len(row) >= PANE_COLS:
             continue
         for match in _TOKEN.finditer(row):
             cut = match.group(1)
-            if cut != uid and uid.startswith(cut) and not row[match.end():].strip():
+            if cut != uid and uid.startswith(cut) and not row[:match.start()].strip() and not row[match.end():].strip():
                 found.append(match.group(0))
     return found
 

@@ -29,6 +29,23 @@ def test_a_dropped_semicolon_is_named_with_the_send_that_lost_it() -> None:
     assert "the `;` at the end of send 1's text `set +H;` was dropped" in why
 
 
+def test_a_marker_printed_cut_short_is_a_text_that_lost_its_end_known_at_once() -> None:
+    """Issue 38, a server that loses every text's last character: the marker command ran but printed
+    its id without its end. That is final (the whole marker can never show), whatever the screen
+    shows of the echo (a flood scrolls it away). A token that a full-width row breaks, or one that
+    is not alone on its row, is no such evidence."""
+    uid = "u00000ezc959"
+    cut = "MK_42_" + uid[:-1]
+    assert checks.cut_tokens(screen("y", cut, PROMPT.rstrip()), uid) == [cut]
+    clause, why = checks.diagnose_typed(screen("y", cut, PROMPT.rstrip()), f"set +H; echo -E MK_$((6*7))_{uid}",
+                                        [f"set +H; echo -E MK_$((6*7))_{uid}"], uid)
+    assert clause == "send.text-literal" and "without its last 1 character(s): the end of the text was lost" in why
+    wrapped = "x" * (80 - len(cut)) + cut
+    assert checks.cut_tokens(screen(wrapped, uid[-1:]), uid) == []
+    assert checks.cut_tokens(screen("said " + cut), uid) == []
+    assert checks.cut_tokens(screen("MK_42_" + uid), uid) == []
+
+
 def test_a_text_cut_short_says_how_much_arrived() -> None:
     typed = "echo " + "x" * 200 + "_" + UID
     echoed = (PROMPT + typed[:150])
