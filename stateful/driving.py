@@ -156,12 +156,8 @@ def run_command(world: World, agent: Agent, ref: PairRef, shell: Shell, cmd: str
         if cut:
             # The command ran and printed its marker short of the id's end: the text lost its last
             # characters, and the output will never come whole (no need to wait out the deadline).
-            deviate("send.text-literal", f"{what} output {token} will not show in {ref}: the command ran but printed "
-                                         f"{cut[-1]}: the text did not arrive as written (its end was lost)",
-                    "  screen (tail):", *(f"    | {row}" for row in screen.rstrip("\n").split("\n")[-8:]),
-                    triggers=steering.text_triggers(typed.chunks), causes=named)
-            lost.append(True)
-            return True
+            return will_not_show(screen, f"the command ran but printed {cut[-1]}: the text did not arrive as "
+                                         "written (its end was lost)")
         if plain:
             # A one-line printable ASCII command is echoed exactly as typed (by the terminal or
             # the line editor), and its output comes before anything else. So an echo that
@@ -170,13 +166,17 @@ def run_command(world: World, agent: Agent, ref: PairRef, shell: Shell, cmd: str
             echo = checks.typed_echo(screen, cmd, uid, by_uid_only=True)  # this command's echo, no other
             if echo is not None and echo[1] and not cmd.startswith(echo[0]):
                 difference = checks.text_difference(cmd, echo[0], typed.chunks)
-                deviate("send.text-literal", f"{what} output {token} will not show in {ref}: the text did not "
-                                             f"arrive as written: {difference}; the program went on without it",
-                        "  screen (tail):", *(f"    | {row}" for row in screen.rstrip("\n").split("\n")[-8:]),
-                        triggers=steering.text_triggers(typed.chunks), causes=named)
-                lost.append(True)
-                return True
+                return will_not_show(screen, f"the text did not arrive as written: {difference}; the program went on "
+                                             "without it")
         return False
+
+    def will_not_show(screen: str, why: str) -> bool:
+        """What a screen shows says the output will never come: a known deviation, noted (else it fails)."""
+        deviate("send.text-literal", f"{what} output {token} will not show in {ref}: {why}",
+                "  screen (tail):", *(f"    | {row}" for row in screen.rstrip("\n").split("\n")[-8:]),
+                triggers=steering.text_triggers(typed.chunks), causes=named)
+        lost.append(True)
+        return True
 
     if poll_screen(world, agent, ref, done, f"{what} output {token}", first, typed, may_go_on=True,
                    echo_kept=echo_kept) is None or lost:
