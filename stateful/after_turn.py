@@ -258,6 +258,8 @@ def rows_exact(ctx: TurnContext, call: Call, judgement: Judgement) -> None:
     value = judgement.value
     if call.tool != READ or not (isinstance(value, dict) and isinstance(value.get("screen"), str)):
         return
+    if any(clause == "read.rows-exact" for clause, _ in judgement.noted):
+        return  # outside 24 .. N + 24: the judge noted it already (no second note, no read of 1000 to tell a cause)
     key = addressed_pair(call)
     if key not in ctx.history:
         return

@@ -104,13 +104,14 @@ def cut_tokens(screen: str, uid: str) -> list[str]:
     the command of ``uid`` ran, but its text lost its last characters, so its whole token will never
     show."""
     found = []
-    for row in screen.split("\n"):
-        if len(row) >= PANE_COLS:
+    for match in _TOKEN.finditer(screen):  # one pass, as tokens_in (a read holds thousands of rows)
+        cut = match.group(1)
+        if cut == uid or not uid.startswith(cut):
             continue
-        for match in _TOKEN.finditer(row):
-            cut = match.group(1)
-            if cut != uid and uid.startswith(cut) and not row[:match.start()].strip() and not row[match.end():].strip():
-                found.append(match.group(0))
+        start, end = screen.rfind("\n", 0, match.start()) + 1, screen.find("\n", match.end())
+        row = screen[start:end if end >= 0 else len(screen)]
+        if len(row) < PANE_COLS and row.strip() == match.group(0):
+            found.append(match.group(0))
     return found
 
 

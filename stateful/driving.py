@@ -115,12 +115,15 @@ def poll_screen(world: World, agent: Agent, ref: PairRef, done: Callable[[str], 
 
 
 def run_command(world: World, agent: Agent, ref: PairRef, shell: Shell, cmd: str, token: str,
-                plan: gen.SendPlan, deco: gen.Decoration, what: str, *, echo_kept: bool = True) -> None:
+                plan: gen.SendPlan, deco: gen.Decoration, what: str, *, echo_kept: bool = True,
+                resync_if_lost: bool = True) -> None:
     """Type ``cmd`` per ``plan``; the output ``token`` must show, followed by a prompt.
 
     ``echo_kept`` False: the command prints more than the history holds, so its echo is gone from
     every screen and no screen can tell a text that did not arrive (a time-out then says only that
-    the output never showed, never that the text was cut)."""
+    the output never showed, never that the text was cut). ``resync_if_lost`` False (a plain marker,
+    :func:`sync`): a text that did not arrive leaves the program :data:`LOST` instead of
+    resynchronising it (with yet another marker)."""
     sends = gen.split_command(cmd, plan)
     event(f"type: {len(sends)} sends, finish {plan.finish}")
     shell.ready = False
@@ -180,7 +183,7 @@ def run_command(world: World, agent: Agent, ref: PairRef, shell: Shell, cmd: str
 
     if poll_screen(world, agent, ref, done, f"{what} output {token}", first, typed, may_go_on=True,
                    echo_kept=echo_kept) is None or lost:
-        if what == "sync":
+        if not resync_if_lost:
             # A resync's own plain marker did not arrive as written either (a server that loses
             # something of every text): what the program waits for can no longer be known. Nothing
             # more is typed into it; every check that needs no typing (reads, lists, close, the
@@ -201,7 +204,7 @@ def sync(world: World, agent: Agent, ref: PairRef, shell: Shell) -> None:
     """A plain marker: the program is at its prompt afterwards (and, in a shell, ``set +H`` ran)."""
     uid = checks.new_uid()
     cmd, token = checks.shell_marker(uid) if shell.mode == "shell" else checks.python_marker(uid)
-    run_command(world, agent, ref, shell, cmd, token, gen.SendPlan(), gen.Decoration(), "sync")
+    run_command(world, agent, ref, shell, cmd, token, gen.SendPlan(), gen.Decoration(), "sync", resync_if_lost=False)
 
 
 def resync(world: World, agent: Agent, ref: PairRef, shell: Shell) -> None:

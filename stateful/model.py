@@ -748,6 +748,7 @@ def _without_foreign(model: SessionModel, rows: list[dict[str, Any]]) -> tuple[l
     kept: list[dict[str, Any]] = []
     foreign: list[str] = []
     matched: set[tuple[str, str]] = set()
+    shown = {(r["terminal"], r["session"], r["tmux_socket"]) for r in rows}
     for row in rows:
         key = (row["terminal"], row["session"])
         pair = model.pair(*key)
@@ -756,8 +757,8 @@ def _without_foreign(model: SessionModel, rows: list[dict[str, Any]]) -> tuple[l
             matched.add(key)
             kept.append(row)
             continue
-        if key not in matched and pair is not None and (socket == pair.socket or (pair.life is Life.ALIVE and not any(
-                (r["terminal"], r["session"]) == key and r["tmux_socket"] == pair.socket for r in rows))):
+        if key not in matched and pair is not None and (socket == pair.socket or (
+                pair.life is Life.ALIVE and (*key, pair.socket) not in shown)):
             # its own row: on its socket, or the row of its name where a live pair must be (a wrong
             # socket there is list.fields); an exited pair may be gone, and another socket's row stays foreign
             matched.add(key)
